@@ -1,0 +1,3 @@
+"""groupattn: group-equivariant attention for PyTorch."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""groupattn.check."""

@@ -1,0 +1,62 @@
+"""The ``groupattn`` command: ``groupattn groups [--check]`` and the other subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+#: Modules that each provide ``register(subparsers)`` adding one subcommand.
+COMMAND_MODULES: list[str] = []
+
+
+def _cmd_groups(args: argparse.Namespace) -> int:
+    from .groups import builtin_groups, check_group_axioms
+
+    rows = []
+    ok = True
+    for key, g in builtin_groups().items():
+        order = g.order()
+        gens = ", ".join(repr(x.value) for x in g.generators())
+        if len(gens) > 60:
+            gens = gens[:57] + "..."
+        row = [key, g.name, "infinite" if order is None else str(order), gens]
+        if args.check:
+            report = check_group_axioms(g)
+            ok &= report.ok
+            row.append("ok" if report.ok else "FAILED: " + "; ".join(report.failures[:3]))
+        rows.append(row)
+    header = ["key", "name", "order", "generators"] + (["axioms and action laws"] if args.check else [])
+    widths = [max(len(r[i]) for r in [*rows, header]) for i in range(len(header))]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    if args.check:
+        print("all group axioms and action laws hold" if ok else "some checks FAILED")
+    return 0 if ok else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(prog="groupattn", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("groups", help="list the built-in groups; --check verifies their axioms")
+    p.add_argument("--check", action="store_true", help="verify group axioms and action laws")
+    p.set_defaults(func=_cmd_groups)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``groupattn`` command; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""Contracts: what a module promises about how its output moves when its input moves."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Protocol, runtime_checkable
+
+from ..actions import FieldType
+from ..groups import Group
+
+__all__ = [
+    "Contract",
+    "ContractError",
+    "DeclaresContract",
+    "Kind",
+    "contract_of",
+    "register_contract",
+    "registered_contract",
+]
+
+
+class ContractError(ValueError):
+    """Raised when a module's contract cannot be stated for the given group or input."""
+
+
+class Kind(str, Enum):
+    """The kind of promise a module makes.
+
+    - ``EQUIVARIANT``: ``f(g·x) = g·f(x)`` with the declared input and output types.
+    - ``INVARIANT``: ``f(g·x) = f(x)``.
+    - ``CANONICALIZING``: ``f(g·x) = g'·f(x)`` for a data-dependent ``g'`` (the
+      *frame*); the output is in a new frame.
+    - ``FRAME_RESTORING``: undoes a canonicalization, returning to the input's frame.
+    - ``BREAKS``: not equivariant; ``reason`` says why.
+    - ``UNKNOWN``: nothing is promised.
+    """
+
+    EQUIVARIANT = "equivariant"
+    INVARIANT = "invariant"
+    CANONICALIZING = "canonicalizing"
+    FRAME_RESTORING = "frame-restoring"
+    BREAKS = "breaks"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Contract:
+    """A module's declared behaviour under a group.
+
+    Attributes
+    ----------
+    kind
+        See :class:`Kind`.
+    input_type
+        The field type the module expects (a tuple for several inputs).
+    output_type
+        The field type it returns (``None`` if unknown).
+    reason
+        Why it breaks equivariance (``BREAKS``) or why nothing is known (``UNKNOWN``).
+    output_group
+        The group acting on the output when it differs from the acting group: e.g. a
+        stride-``s`` patch embedding maps translations by multiples of ``s`` of the
+        image (``TorusTranslations(h, w, stride=s)``) onto the translations
+        ``TorusTranslations(h, w)`` of its token grid; polyphase anchoring turns the
+        translations of an image into that strided subgroup, up to the frame.
+        ``None`` means the same group acts on input and output.
+    """
+
+    kind: Kind
+    input_type: FieldType | tuple[FieldType, ...] | None = None
+    output_type: FieldType | None = None
+    reason: str | None = None
+    output_group: Group | None = None
+
+    @classmethod
+    def equivariant(cls, input_type: Any, output_type: FieldType, output_group: Group | None = None) -> Contract:
+        """``f(g·x) = g·f(x)``."""
+        return cls(Kind.EQUIVARIANT, input_type, output_type, None, output_group)
+
+    @classmethod
+    def invariant(cls, input_type: Any, output_type: FieldType | None = None) -> Contract:
+        """``f(g·x) = f(x)``; the output type defaults to :class:`~groupattn.actions.InvariantField`."""
+        from ..actions import InvariantField
+
+        return cls(Kind.INVARIANT, input_type, output_type or InvariantField())
+
+    @classmethod
+    def canonicalizing(cls, input_type: Any, output_type: FieldType, output_group: Group | None = None) -> Contract:
+        """Output moves with the input up to a data-dependent group element (a new frame)."""
+        return cls(Kind.CANONICALIZING, input_type, output_type, None, output_group)
+
+    @classmethod
+    def frame_restoring(cls, input_type: Any, output_type: FieldType, output_group: Group | None = None) -> Contract:
+        """Undoes a canonicalization (its second input is the frame)."""
+        return cls(Kind.FRAME_RESTORING, input_type, output_type, None, output_group)
+
+    @classmethod
+    def breaks(cls, reason: str, input_type: Any = None, output_type: FieldType | None = None) -> Contract:
+        """Not equivariant, with the reason in plain words."""
+        return cls(Kind.BREAKS, input_type, output_type, reason)
+
+    @classmethod
+    def unknown(cls, reason: str, input_type: Any = None) -> Contract:
+        """Nothing is promised."""
+        return cls(Kind.UNKNOWN, input_type, None, reason)
+
+    @property
+    def preserves_symmetry(self) -> bool:
+        """Whether the module keeps equivariance (equivariant, invariant, or a frame change)."""
+        return self.kind in (Kind.EQUIVARIANT, Kind.INVARIANT, Kind.CANONICALIZING, Kind.FRAME_RESTORING)
+
+    def describe(self) -> str:
+        """One line: kind, types and reason."""
+        def fmt(t: Any) -> str:
+            if t is None:
+                return "?"
+            if isinstance(t, tuple):
+                return "(" + ", ".join(fmt(s) for s in t) + ")"
+            return t.describe()
+
+        text = f"{self.kind.value}: {fmt(self.input_type)} -> {fmt(self.output_type)}"
+        return text + (f" ({self.reason})" if self.reason else "")
+
+
+@runtime_checkable
+class DeclaresContract(Protocol):
+    """Protocol of modules that declare their contract.
+
+    ``contract(group, input_type=None)`` returns the :class:`Contract` for the acting
+    ``group``; with ``input_type=None`` the module states the input type it expects.
+    It raises :class:`ContractError` (or returns ``BREAKS``/``UNKNOWN``) for groups or
+    inputs it cannot promise anything about.
+    """
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract: ...
+
+
+ContractFn = Callable[[Any, Group, Any], Contract]
+_REGISTRY: dict[Any, ContractFn] = {}
+
+
+def register_contract(target: Any) -> Callable[[ContractFn], ContractFn]:
+    """Register a contract for a module class or a function you cannot edit.
+
+    The decorated function receives ``(module_or_function, group, input_type)`` and
+    returns a :class:`Contract`. Registrations for a class apply to its subclasses.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from groupattn.actions import GridField
+    >>> @register_contract(torch.nn.Hardtanh)
+    ... def _(module, group, input_type):
+    ...     return Contract.equivariant(input_type, input_type)
+    """
+
+    def deco(fn: ContractFn) -> ContractFn:
+        _REGISTRY[target] = fn
+        return fn
+
+    return deco
+
+
+def registered_contract(target: Any) -> ContractFn | None:
+    """The registered contract function for a module's class (or a function), if any."""
+    if target in _REGISTRY:
+        return _REGISTRY[target]
+    cls = target if isinstance(target, type) else type(target)
+    for base in getattr(cls, "__mro__", ()):
+        if base in _REGISTRY:
+            return _REGISTRY[base]
+    return None
+
+
+def contract_of(module: Any, group: Group, input_type: Any = None) -> Contract:
+    """The contract of ``module`` under ``group``: declared, registered, or ``UNKNOWN``."""
+    if hasattr(module, "contract") and callable(module.contract):
+        return module.contract(group, input_type)
+    fn = registered_contract(module)
+    if fn is not None:
+        return fn(module, group, input_type)
+    name = getattr(module, "__name__", type(module).__name__)
+    return Contract.unknown(f"{name} declares no contract and none is registered", input_type)

@@ -1,0 +1,269 @@
+"""The abstract group interface and group elements."""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Hashable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["FiniteGroup", "Group", "GroupElement", "GroupError"]
+
+
+class GroupError(ValueError):
+    """Raised for an invalid group, element or group operation.
+
+    The message names the group, what it expected and what it got.
+    """
+
+
+@dataclass(frozen=True)
+class GroupElement:
+    """An element of a :class:`Group`, tied to the group it belongs to.
+
+    Elements compare equal and hash equal exactly when they belong to equal groups and
+    have equal values, so they can be used as dictionary keys. ``a * b`` composes
+    (``a`` after ``b``), ``~a`` inverts.
+
+    Parameters
+    ----------
+    group
+        The group the element belongs to.
+    value
+        The group's own representation of the element: an ``int`` for cyclic,
+        dihedral and permutation groups, a tuple of integers for translations, a tuple
+        of component values for products.
+    """
+
+    group: Group
+    value: Any
+
+    def __mul__(self, other: GroupElement) -> GroupElement:
+        return self.group.compose(self, other)
+
+    def __invert__(self) -> GroupElement:
+        return self.group.inverse(self)
+
+    def inverse(self) -> GroupElement:
+        """Return the inverse element."""
+        return self.group.inverse(self)
+
+    def __repr__(self) -> str:
+        return f"{self.group.name}[{self.value!r}]"
+
+
+class Group(ABC):
+    """Abstract base class of all groups: algebra only.
+
+    A subclass implements :meth:`_identity`, :meth:`_compose`, :meth:`_inverse`,
+    :meth:`_validate` (normalise a raw value or raise), :meth:`generators` and
+    :meth:`_sample`; finite groups derive from :class:`FiniteGroup` instead and also
+    implement :meth:`FiniteGroup._enumerate`. Everything public here accepts either a
+    :class:`GroupElement` of this group or a raw value, and returns
+    :class:`GroupElement` objects.
+
+    Groups are compared by :meth:`key`, a hashable description of the group, so two
+    separately built ``CyclicGroup(4)`` are equal.
+    """
+
+    #: Human-readable name, e.g. ``"C4"`` or ``"p4(8x8)"``.
+    name: str = "group"
+
+    # ------------------------------------------------------------------ subclass API
+    @abstractmethod
+    def key(self) -> Hashable:
+        """A hashable description that identifies the group up to equality."""
+
+    @abstractmethod
+    def _identity(self) -> Any: ...
+
+    @abstractmethod
+    def _compose(self, a: Any, b: Any) -> Any: ...
+
+    @abstractmethod
+    def _inverse(self, a: Any) -> Any: ...
+
+    @abstractmethod
+    def _validate(self, value: Any) -> Any:
+        """Return the normalised raw value, or raise :class:`GroupError`."""
+
+    @abstractmethod
+    def generators(self) -> list[GroupElement]:
+        """A generating set of the group (for infinite groups: of its action)."""
+
+    @abstractmethod
+    def _sample(self, rng: random.Random) -> Any: ...
+
+    @property
+    def is_finite(self) -> bool:
+        """Whether the group has finitely many elements."""
+        return False
+
+    def order(self) -> int | None:
+        """The number of elements, or ``None`` for an infinite group."""
+        return None
+
+    # ------------------------------------------------------------------ public API
+    def element(self, value: Any) -> GroupElement:
+        """Wrap (and validate) a raw value or an element as an element of this group.
+
+        Raises
+        ------
+        GroupError
+            If ``value`` is an element of a different group or not a valid element.
+        """
+        if isinstance(value, GroupElement):
+            if value.group != self:
+                raise GroupError(
+                    f"{self.name}: expected an element of {self.name}, "
+                    f"got an element of {value.group.name} ({value!r})"
+                )
+            return value
+        return GroupElement(self, self._validate(value))
+
+    def identity(self) -> GroupElement:
+        """The identity element."""
+        return GroupElement(self, self._identity())
+
+    def compose(self, a: Any, b: Any) -> GroupElement:
+        """The product ``a · b`` (acting on something: first ``b``, then ``a``)."""
+        ea, eb = self.element(a), self.element(b)
+        return GroupElement(self, self._compose(ea.value, eb.value))
+
+    def inverse(self, a: Any) -> GroupElement:
+        """The inverse ``a⁻¹``."""
+        return GroupElement(self, self._inverse(self.element(a).value))
+
+    def power(self, a: Any, k: int) -> GroupElement:
+        """``a`` composed with itself ``k`` times (negative ``k`` uses the inverse)."""
+        e = self.element(a)
+        if k < 0:
+            e, k = self.inverse(e), -k
+        out = self.identity()
+        for _ in range(k):
+            out = self.compose(out, e)
+        return out
+
+    def sample(self, n: int = 1, seed: int | None = 0) -> list[GroupElement]:
+        """Draw ``n`` elements with a seeded generator (uniform for finite groups).
+
+        Parameters
+        ----------
+        n
+            How many elements to draw.
+        seed
+            Seed of the private random generator; the same seed gives the same draw.
+        """
+        rng = random.Random(seed)
+        return [GroupElement(self, self._sample(rng)) for _ in range(n)]
+
+    def contains(self, value: Any) -> bool:
+        """Whether ``value`` is (or wraps to) an element of this group."""
+        try:
+            self.element(value)
+        except GroupError:
+            return False
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Group) and type(self) is type(other) and self.key() == other.key()
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.key()))
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def __contains__(self, value: object) -> bool:
+        return self.contains(value)
+
+
+class FiniteGroup(Group):
+    """A group with finitely many elements, enumerated once and indexed by integers.
+
+    ``elements()`` lists the elements in a fixed order; :meth:`index` gives an element's
+    position in that list, which is how elements are batched as tensors. Subclasses
+    implement :meth:`_enumerate` and the other abstract methods of :class:`Group`.
+    """
+
+    _elements_cache: list[Any] | None = None
+    _index_cache: dict[Any, int] | None = None
+
+    @abstractmethod
+    def _enumerate(self) -> list[Any]:
+        """All raw element values, identity first."""
+
+    @property
+    def is_finite(self) -> bool:
+        return True
+
+    def _values(self) -> list[Any]:
+        if self._elements_cache is None:
+            vals = self._enumerate()
+            self._elements_cache = vals
+            self._index_cache = {v: i for i, v in enumerate(vals)}
+        return self._elements_cache
+
+    def elements(self) -> list[GroupElement]:
+        """All elements, in the group's fixed order (the identity first)."""
+        return [GroupElement(self, v) for v in self._values()]
+
+    def __iter__(self) -> Iterator[GroupElement]:
+        return iter(self.elements())
+
+    def __len__(self) -> int:
+        return len(self._values())
+
+    def order(self) -> int:
+        return len(self._values())
+
+    def index(self, a: Any) -> int:
+        """The position of ``a`` in :meth:`elements`."""
+        self._values()
+        assert self._index_cache is not None
+        return self._index_cache[self.element(a).value]
+
+    def from_index(self, i: int) -> GroupElement:
+        """The element at position ``i`` of :meth:`elements`."""
+        vals = self._values()
+        if not isinstance(i, int) or not 0 <= i < len(vals):
+            raise GroupError(
+                f"{self.name}: expected an element index in [0, {len(vals)}), got {i!r}"
+            )
+        return GroupElement(self, vals[i])
+
+    def _sample(self, rng: random.Random) -> Any:
+        return rng.choice(self._values())
+
+    def cayley_table(self) -> list[list[int]]:
+        """``table[i][j]`` is the index of ``elements()[i] · elements()[j]``."""
+        vals = self._values()
+        assert self._index_cache is not None
+        idx = self._index_cache
+        return [[idx[self._compose(a, b)] for b in vals] for a in vals]
+
+    def inverse_indices(self) -> list[int]:
+        """``inv[i]`` is the index of the inverse of ``elements()[i]``."""
+        vals = self._values()
+        assert self._index_cache is not None
+        return [self._index_cache[self._inverse(v)] for v in vals]
+
+
+def _check_int(name: str, what: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            import torch
+
+            if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+                return int(value.item())
+        except ImportError:  # pragma: no cover
+            pass
+        raise GroupError(f"{name}: expected {what} as an int, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def _check_int_tuple(name: str, what: str, value: Any, length: int) -> tuple[int, ...]:
+    if not isinstance(value, Sequence) or isinstance(value, str) or len(value) != length:
+        raise GroupError(f"{name}: expected {what} as a tuple of {length} ints, got {value!r}")
+    return tuple(_check_int(name, what, v) for v in value)

@@ -1,0 +1,98 @@
+"""The model registry: ``create(name, equivariant=True, **kwargs)`` and ``list_models()``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+__all__ = ["ModelSpec", "create", "get_spec", "list_models", "register_model"]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A registered model family.
+
+    Attributes
+    ----------
+    name
+        Registry name, e.g. ``"vit"``.
+    factory
+        ``factory(equivariant: bool, **kwargs) -> nn.Module``.
+    group
+        The symmetry the equivariant variant has, as the checker's group name
+        (``"translations"``, ``"p4"``, ``"p4m"``, ``"c4"``, ``"d4"``).
+    input_shape
+        Default input shape ``(C, H, W)`` of the tiny preset.
+    description
+        One line for listings.
+    defaults
+        Default keyword arguments of the tiny preset.
+    """
+
+    name: str
+    factory: Callable[..., nn.Module]
+    group: str
+    input_shape: tuple[int, int, int] = (1, 32, 32)
+    description: str = ""
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+
+_MODELS: dict[str, ModelSpec] = {}
+
+
+def register_model(
+    name: str,
+    group: str,
+    input_shape: tuple[int, int, int] = (1, 32, 32),
+    description: str = "",
+    **defaults: Any,
+) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
+    """Register ``factory(equivariant: bool, **kwargs)`` under ``name`` (a decorator)."""
+
+    def deco(factory: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+        if name in _MODELS:
+            raise ValueError(f"register_model: expected a new model name, got {name!r}, which is taken")
+        _MODELS[name] = ModelSpec(name, factory, group, input_shape, description, dict(defaults))
+        return factory
+
+    return deco
+
+
+def _load_builtin() -> None:
+    # Importing the package registers the built-in models.
+    from .. import models  # noqa: F401
+
+
+def get_spec(name: str) -> ModelSpec:
+    """The :class:`ModelSpec` registered under ``name``."""
+    _load_builtin()
+    if name not in _MODELS:
+        raise KeyError(f"groupattn.models: expected one of {sorted(_MODELS)}, got {name!r}")
+    return _MODELS[name]
+
+
+def list_models() -> list[str]:
+    """Names of all registered models, sorted."""
+    _load_builtin()
+    return sorted(_MODELS)
+
+
+def create(name: str, equivariant: bool = True, **kwargs: Any) -> nn.Module:
+    """Build the registered model ``name``.
+
+    Parameters
+    ----------
+    name
+        A name from :func:`list_models`.
+    equivariant
+        ``True`` for the equivariant model, ``False`` for its ordinary baseline of the
+        same size.
+    kwargs
+        Overrides of the tiny preset (widths, depths, heads, patch and window sizes …).
+    """
+    spec = get_spec(name)
+    options = {**spec.defaults, **kwargs}
+    return spec.factory(equivariant=equivariant, **options)
