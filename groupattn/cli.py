@@ -10,7 +10,7 @@ from collections.abc import Sequence
 __all__ = ["main"]
 
 #: Modules that each provide ``register(subparsers)`` adding one subcommand.
-COMMAND_MODULES: list[str] = []
+COMMAND_MODULES: list[str] = ["groupattn.training._command", "groupattn.training._demo", "groupattn.check._command"]
 
 
 def _cmd_groups(args: argparse.Namespace) -> int:
@@ -27,7 +27,9 @@ def _cmd_groups(args: argparse.Namespace) -> int:
         if args.check:
             report = check_group_axioms(g)
             ok &= report.ok
-            row.append("ok" if report.ok else "FAILED: " + "; ".join(report.failures[:3]))
+            row.append(
+                f"ok (action on {report.action})" if report.ok else "FAILED: " + "; ".join(report.failures[:3])
+            )
         rows.append(row)
     header = ["key", "name", "order", "generators"] + (["axioms and action laws"] if args.check else [])
     widths = [max(len(r[i]) for r in [*rows, header]) for i in range(len(header))]

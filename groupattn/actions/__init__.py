@@ -2,6 +2,7 @@
 
 from ._fields import FieldType, GridField, InvariantField, LiftedField, SetField, TokenField
 from ._gset import GSet, connected_labels
+from ._rotate import gaussian_mixture_image, rotate_image, rotate_lifted
 from ._representations import (
     MatrixRepresentation,
     RegularRepresentation,
@@ -31,6 +32,9 @@ __all__ = [
     "TokenField",
     "TrivialRepresentation",
     "act_on_coordinates",
+    "gaussian_mixture_image",
+    "rotate_image",
+    "rotate_lifted",
     "connected_labels",
     "embed_point_element",
     "point_group_of",

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ..groups import Group, GroupError, PermutationGroup, PointGroup
-from ._representations import RegularRepresentation, Representation
+from ._representations import Representation
 from ._spatial import embed_point_element, spatial_element, transform_grid
 
 __all__ = [
@@ -69,6 +69,7 @@ class InvariantField(FieldType):
     """Values that no group element moves (e.g. logits, pooled features): shape ``(B, ...)``."""
 
     def act(self, group: Group, g: Any, x: torch.Tensor) -> torch.Tensor:
+        self.check(x)
         group.element(g)
         return x
 

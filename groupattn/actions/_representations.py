@@ -107,7 +107,7 @@ class RegularRepresentation(Representation):
 
     def apply(self, group: Group, g: Any, x: torch.Tensor, axis: int) -> torch.Tensor:
         h = self.restrict(group, g)
-        n = self.group.order()
+        n = len(self._table)
         perm = self.permutation(h)
         src = [0] * n
         for k, j in enumerate(perm):

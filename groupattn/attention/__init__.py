@@ -1,5 +1,22 @@
 """Attention: one kernel (``scaled_dot_product_attention``) and the equivariant attention layers."""
 
+from ._global import GlobalSelfAttention, make_relative_bias
+from ._group_attention import GroupSelfAttention, resolve_point_group
 from ._kernel import attend
+from ._lifting import LiftingSelfAttention
+from ._pooling import AttentionPooling, MeanPooling
+from ._reduced import SpatialReductionAttention
+from ._window import WindowAttention
 
-__all__ = ["attend"]
+__all__ = [
+    "AttentionPooling",
+    "GlobalSelfAttention",
+    "MeanPooling",
+    "SpatialReductionAttention",
+    "WindowAttention",
+    "attend",
+    "GroupSelfAttention",
+    "LiftingSelfAttention",
+    "resolve_point_group",
+    "make_relative_bias",
+]

@@ -1,5 +1,32 @@
 """Canonicalizers: pick a group element from the data and apply it (polyphase anchoring, APS, orientation)."""
 
+from ._argmax import ArgmaxCanonicalizer, argmax_with_margin
+from ._polyphase import (
+    AdaptivePolyphaseDownsample,
+    AdaptivePolyphaseUpsample,
+    PolyphaseAnchor,
+    PolyphaseUnanchor,
+    gather_tokens,
+    polyphase_anchor,
+    polyphase_norms,
+    polyphase_phase,
+    polyphase_unanchor,
+    shifted_token_index,
+)
 from ._types import Canonicalized
 
-__all__ = ["Canonicalized"]
+__all__ = [
+    "AdaptivePolyphaseDownsample",
+    "AdaptivePolyphaseUpsample",
+    "ArgmaxCanonicalizer",
+    "Canonicalized",
+    "PolyphaseAnchor",
+    "PolyphaseUnanchor",
+    "argmax_with_margin",
+    "gather_tokens",
+    "polyphase_anchor",
+    "polyphase_norms",
+    "polyphase_phase",
+    "polyphase_unanchor",
+    "shifted_token_index",
+]

@@ -54,7 +54,10 @@ def load_digits(
     canvas
         Side of the output images; must be at least ``8 · upscale``.
     upscale
-        Nearest-neighbour magnification of the 8×8 digits (2 gives 16×16 glyphs).
+        Bilinear magnification of the 8×8 digits (2 gives 16×16 glyphs). Not
+        nearest-neighbour: duplicated pixels make polyphase components tie exactly
+        (equal norms on every image at stride 4), which polyphase anchoring can only
+        break by index, not equivariantly.
     test_fraction
         Share of the (seeded, shuffled) samples held out for testing.
     seed
@@ -77,7 +80,7 @@ def load_digits(
     x = torch.from_numpy(images[order]).float().unsqueeze(1)
     y = torch.from_numpy(labels[order])
     if upscale > 1:
-        x = F.interpolate(x, scale_factor=upscale, mode="nearest")
+        x = F.interpolate(x, scale_factor=upscale, mode="bilinear", align_corners=False).clamp(0.0, 1.0)
     side = x.shape[-1]
     pad0 = (canvas - side) // 2
     pad1 = canvas - side - pad0

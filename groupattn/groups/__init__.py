@@ -9,16 +9,14 @@ and graph automorphism groups. Define a new group by subclassing :class:`Group` 
 """
 
 from ._base import FiniteGroup, Group, GroupElement, GroupError
+from ._catalog import AxiomReport, builtin_groups, check_group_axioms
 from ._permutation import PermutationGroup, SymmetricGroup, graph_automorphism_group
 from ._point import CyclicGroup, DihedralGroup, PointGroup, integer_matrix, real_matrix
 from ._products import DirectProduct, RotoTranslationGroup, SemidirectProduct, p4, p4m
 from ._translations import GridTranslations, TorusTranslations
-from ._catalog import AxiomReport, builtin_groups, check_group_axioms
 
 __all__ = [
     "AxiomReport",
-    "builtin_groups",
-    "check_group_axioms",
     "CyclicGroup",
     "DihedralGroup",
     "DirectProduct",
@@ -33,6 +31,8 @@ __all__ = [
     "SemidirectProduct",
     "SymmetricGroup",
     "TorusTranslations",
+    "builtin_groups",
+    "check_group_axioms",
     "graph_automorphism_group",
     "integer_matrix",
     "p4",

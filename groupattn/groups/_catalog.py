@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from ._base import Group
+from ._base import Group, GroupError
 from ._permutation import PermutationGroup, SymmetricGroup
 from ._point import CyclicGroup, DihedralGroup
-from ._products import p4, p4m
+from ._products import RotoTranslationGroup, p4, p4m
 from ._translations import GridTranslations, TorusTranslations
 
 __all__ = ["AxiomReport", "builtin_groups", "check_group_axioms"]
@@ -44,6 +45,9 @@ class AxiomReport:
     group: Group
     checked_triples: int
     failures: list[str]
+    #: What the action law was checked on: ``"points"``, ``"images"``, ``"coordinates"``
+    #: or ``"none …"`` for a group with no built-in action.
+    action: str = "none"
 
     @property
     def ok(self) -> bool:
@@ -55,11 +59,12 @@ def check_group_axioms(group: Group, max_elements: int = 24, seed: int = 0) -> A
     """Check identity, inverses, closure and associativity on (a sample of) the elements.
 
     All elements are used when the group has at most ``max_elements``; otherwise a
-    seeded sample of that many. Also checks the action law on images for spatial groups
-    and on points for permutation groups.
+    seeded sample of that many. Also checks the action law ``g·(h·x) = (gh)·x``: exactly
+    on points for permutation groups, exactly on images for translations and point groups
+    acting exactly on the grid (C4, D4, p4, p4m, …), and on float coordinates for other
+    point groups (C8, D6, …). Groups without a built-in action (e.g. a user subclass of
+    :class:`FiniteGroup`) get the axioms only (``AxiomReport.action`` says which).
     """
-    from ..actions import GridField, GSet  # local: actions sits above groups
-
     if group.is_finite and (group.order() or 0) <= max_elements:
         elems = group.elements()  # type: ignore[attr-defined]
     else:
@@ -81,21 +86,48 @@ def check_group_axioms(group: Group, max_elements: int = 24, seed: int = 0) -> A
             failures.append(f"closure fails for {a!r}, {b!r}, {c!r}")
     # action law
     pairs = list(itertools.product(elems[:6], repeat=2))
+    action = _check_action_law(group, pairs, failures)
+    return AxiomReport(group, len(triples), failures, action)
+
+
+def _check_action_law(group: Group, pairs: list[tuple[Any, Any]], failures: list[str]) -> str:
+    """Append action-law failures; return what the group was checked acting on."""
+    from ..actions import (  # actions sits above groups
+        GridField,
+        GSet,
+        act_on_coordinates,
+        point_group_of,
+    )
+
     if isinstance(group, PermutationGroup):
         gset = GSet.natural(group)
         for a, b in pairs:
             pa, pb = gset.permutation(a), gset.permutation(b)
             if not torch.equal(pa[pb], gset.permutation(group.compose(a, b))):
-                failures.append(f"action law fails for {a!r}, {b!r}")
-    else:
-        try:
-            field = GridField()
-            x = torch.arange(64, dtype=torch.float64).reshape(1, 1, 8, 8)
-            for a, b in pairs:
-                lhs = field.act(group, a, field.act(group, b, x))
-                if not torch.equal(lhs, field.act(group, group.compose(a, b), x)):
-                    failures.append(f"action law on images fails for {a!r}, {b!r}")
-        except ValueError as err:
-            if "acting exactly" not in str(err):
-                raise
-    return AxiomReport(group, len(triples), failures)
+                failures.append(f"action law on points fails for {a!r}, {b!r}")
+        return "points"
+    try:
+        point_group = point_group_of(group)
+    except GroupError:
+        return "none (not a permutation or spatial group)"
+    if point_group is None or point_group.acts_exactly_on_grid:
+        field = GridField()
+        # a finite translation part acts on images of its own size (a torus), Z² on any
+        height, width = 8, 8
+        if isinstance(group, TorusTranslations):
+            height, width = group.height * group.stride, group.width * group.stride
+        elif isinstance(group, RotoTranslationGroup) and group.size is not None:
+            height = width = group.size
+        x = torch.arange(height * width, dtype=torch.float64).reshape(1, 1, height, width)
+        for a, b in pairs:
+            lhs = field.act(group, a, field.act(group, b, x))
+            if not torch.equal(lhs, field.act(group, group.compose(a, b), x)):
+                failures.append(f"action law on images fails for {a!r}, {b!r}")
+        return "images"
+    coords = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.5, -2.0], [3.0, 1.5]], dtype=torch.float64)
+    for a, b in pairs:
+        lhs = act_on_coordinates(group, a, act_on_coordinates(group, b, coords))
+        rhs = act_on_coordinates(group, group.compose(a, b), coords)
+        if not torch.allclose(lhs, rhs, rtol=0.0, atol=1e-12):
+            failures.append(f"action law on coordinates fails for {a!r}, {b!r}")
+    return "coordinates"

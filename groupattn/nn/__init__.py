@@ -1,1 +1,27 @@
-"""groupattn.nn."""
+"""Building blocks: patch embedding, patch merging, MLP, transformer blocks, class token."""
+
+from ._blocks import TransformerBlock, chain_contract
+from ._group import GroupBlock, GroupGlobalPool, GroupLayerNorm, GroupMLP, GroupPooling, LiftedAvgPool
+from ._group_patch import AbsolutePositionEmbedding, LiftedPatchEmbedding
+from ._heads import ClassToken, ClassTokenReadout
+from ._merge import PatchMerging
+from ._mlp import MLP
+from ._patch import PatchEmbedding
+
+__all__ = [
+    "MLP",
+    "ClassToken",
+    "ClassTokenReadout",
+    "PatchEmbedding",
+    "PatchMerging",
+    "TransformerBlock",
+    "chain_contract",
+    "AbsolutePositionEmbedding",
+    "GroupBlock",
+    "GroupGlobalPool",
+    "GroupLayerNorm",
+    "GroupMLP",
+    "GroupPooling",
+    "LiftedAvgPool",
+    "LiftedPatchEmbedding",
+]

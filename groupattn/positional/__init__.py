@@ -1,1 +1,29 @@
-"""groupattn.positional."""
+"""Positional encodings, each with its contract: invariant ones built from orbitals, and baselines."""
+
+from ._group import (
+    ContinuousGroupEncoding,
+    GroupPositionalEncoding,
+    OrbitalTableEncoding,
+    RelativeGeometry,
+    point_group_tables,
+    relative_geometry,
+)
+from ._translation import (
+    AbsolutePositionalEncoding,
+    CirculantRelativeBias,
+    ClippedRelativeBias,
+    ConvPositionalEncoding,
+)
+
+__all__ = [
+    "AbsolutePositionalEncoding",
+    "CirculantRelativeBias",
+    "ClippedRelativeBias",
+    "ConvPositionalEncoding",
+    "ContinuousGroupEncoding",
+    "GroupPositionalEncoding",
+    "OrbitalTableEncoding",
+    "RelativeGeometry",
+    "point_group_tables",
+    "relative_geometry",
+]

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ..actions import FieldType, InvariantField
+from ..actions import FieldType
 from ..contracts import Contract, Kind, contract_of
 from ..groups import Group, GroupElement, GroupError
 

@@ -1,0 +1,333 @@
+"""Group self-attention (X × H → X × H) on lifted fields, global or local, for T ⋊ H."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import nn
+
+from ..actions import FieldType, GridField, LiftedField, embed_point_element, point_group_of
+from ..contracts import Contract
+from ..groups import (
+    CyclicGroup,
+    DihedralGroup,
+    GridTranslations,
+    Group,
+    GroupError,
+    PointGroup,
+    RotoTranslationGroup,
+    TorusTranslations,
+)
+from ..positional._group import (
+    ContinuousGroupEncoding,
+    GroupPositionalEncoding,
+    OrbitalTableEncoding,
+    RelativeGeometry,
+    check_grid,
+    relative_geometry,
+)
+from ._kernel import attend
+
+__all__ = ["GroupSelfAttention", "resolve_point_group"]
+
+
+def resolve_point_group(point_group: PointGroup | str, module: str = "groupattn") -> PointGroup:
+    """A point group from an instance or a name such as ``"C4"``, ``"D4"``, ``"C8"``, ``"C1"``.
+
+    Raises
+    ------
+    GroupError
+        For an unknown name.
+    """
+    if isinstance(point_group, PointGroup):
+        return point_group
+    if isinstance(point_group, str) and len(point_group) >= 2 and point_group[0] in "CcDd" and point_group[1:].isdigit():
+        n = int(point_group[1:])
+        return CyclicGroup(n) if point_group[0] in "Cc" else DihedralGroup(n)
+    raise GroupError(f"{module}: expected a point group or a name like 'C4' or 'D4', got {point_group!r}")
+
+
+class _RotoTranslationAttention(nn.Module):
+    """Shared machinery of lifting and group self-attention (projections, encodings, contracts)."""
+
+    lifting: bool = False
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        point_group: PointGroup | str = "C4",
+        num_heads: int = 1,
+        head_channels: int | None = None,
+        neighbourhood: int | None = None,
+        encoding: str = "continuous",
+        size: int | tuple[int, int] | None = None,
+        additive: bool = True,
+        query_position: bool = False,
+        encoding_hidden: int = 16,
+    ) -> None:
+        super().__init__()
+        name = type(self).__name__
+        self.point_group = resolve_point_group(point_group, name)
+        if in_channels < 1 or out_channels < 1 or num_heads < 1:
+            raise GroupError(
+                f"{name}: expected positive in_channels, out_channels and num_heads, got "
+                f"{in_channels}, {out_channels}, {num_heads}"
+            )
+        if head_channels is None:
+            if out_channels % num_heads != 0:
+                raise GroupError(
+                    f"{name}: expected out_channels divisible by num_heads when head_channels is not given, "
+                    f"got {out_channels} channels and {num_heads} heads (pass head_channels for a per-head width)"
+                )
+            head_channels = out_channels // num_heads
+        if head_channels < 1:
+            raise GroupError(f"{name}: expected head_channels >= 1, got {head_channels}")
+        if neighbourhood is not None and (neighbourhood < 1 or neighbourhood % 2 == 0):
+            raise GroupError(f"{name}: expected an odd neighbourhood size k >= 1, got {neighbourhood}")
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.num_heads = num_heads
+        self.head_channels = head_channels
+        self.neighbourhood = neighbourhood
+        self.query_position = query_position
+        inner = num_heads * head_channels
+        self.qkv = nn.Linear(in_channels, 3 * inner, bias=False)
+        self.proj = nn.Linear(inner, out_channels)
+        vector_channels = head_channels if query_position else 0
+        self.encoding: GroupPositionalEncoding
+        if encoding == "table":
+            self.encoding = OrbitalTableEncoding(
+                self.point_group, num_heads, self.lifting, neighbourhood, size, vector_channels, additive
+            )
+        elif encoding == "continuous":
+            self.encoding = ContinuousGroupEncoding(
+                self.point_group, num_heads, vector_channels, additive, hidden=encoding_hidden
+            )
+        else:
+            raise GroupError(f"{name}: expected encoding 'table' or 'continuous', got {encoding!r}")
+        self._bias_cache: tuple[Any, torch.Tensor | None] | None = None
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def exact(self) -> bool:
+        """Whether ``H`` maps the pixel grid onto itself (exact equivariance, torus offsets)."""
+        return bool(self.point_group.acts_exactly_on_grid)
+
+    def geometry(self, height: int, width: int) -> RelativeGeometry:
+        """The cached :class:`~groupattn.positional.RelativeGeometry` of an input grid."""
+        check_grid(self.point_group, height, width, self.neighbourhood, type(self).__name__)
+        return relative_geometry(self.point_group, height, width, self.neighbourhood, self.lifting)
+
+    def _positional(self, geometry: RelativeGeometry, dtype: torch.dtype, device: torch.device) -> tuple[
+        torch.Tensor | None, torch.Tensor | None
+    ]:
+        """``(bias gathered to (heads, *index.shape), vectors (T, heads, d))``; cached in eval mode."""
+        use_cache = not self.training and not torch.is_grad_enabled()
+        key = None
+        if use_cache:
+            params = tuple((id(p), p._version) for p in self.encoding.parameters())
+            key = (geometry.height, geometry.width, dtype, device, params)
+            if self._bias_cache is not None and self._bias_cache[0] == key:
+                _, vectors = self.encoding(geometry)
+                return self._bias_cache[1], vectors
+        bias_table, vectors = self.encoding(geometry)
+        bias = None
+        if bias_table is not None:
+            bias = bias_table.to(dtype)[:, geometry.index.to(device)]
+        if use_cache:
+            self._bias_cache = (key, bias)
+        else:
+            self._bias_cache = None
+        return bias, vectors
+
+    def _split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``x`` ``(..., C)`` → q, k, v ``(..., heads·d)``."""
+        return self.qkv(x).chunk(3, dim=-1)  # type: ignore[return-value]
+
+    @staticmethod
+    def _gather_windows(tokens: torch.Tensor, geometry: RelativeGeometry) -> torch.Tensor:
+        """Neighbourhood rows of channels-last tokens: ``(B, N, ...)`` → ``(B, N, k², ...)``.
+
+        One ``index_select`` with the cached circular neighbour index (planar geometries
+        point out-of-grid positions at an appended zero token).
+        """
+        neighbours = geometry.neighbours
+        assert neighbours is not None
+        b, n = tokens.shape[:2]
+        if not geometry.circular:
+            tokens = torch.cat([tokens, tokens.new_zeros(b, 1, *tokens.shape[2:])], dim=1)
+        picked = tokens.index_select(1, neighbours.reshape(-1).to(tokens.device))
+        return picked.view(b, n, neighbours.shape[1], *tokens.shape[2:])
+
+    def _check_input(self, x: torch.Tensor) -> None:
+        name = type(self).__name__
+        g = self.point_group.order()
+        if self.lifting:
+            if x.dim() != 4 or x.shape[1] != self.in_channels:
+                raise GroupError(
+                    f"{name}: expected an image batch (B, C={self.in_channels}, H, W), got shape {tuple(x.shape)}"
+                )
+        elif x.dim() != 5 or x.shape[1] != self.in_channels or x.shape[2] != g:
+            raise GroupError(
+                f"{name}: expected a lifted field (B, C={self.in_channels}, |{self.point_group.name}|={g}, H, W), "
+                f"got shape {tuple(x.shape)}"
+            )
+
+    # ------------------------------------------------------------------ contract
+    def _input_type(self) -> FieldType:
+        return GridField() if self.lifting else LiftedField(self.point_group)
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """Equivariant under translations of the torus and under point groups contained in ``H``.
+
+        ``GridField → LiftedField(H)`` (lifting) or ``LiftedField(H) → LiftedField(H)``
+        (group layer). For finer rotations (C8, …) the contract is equivariant only for
+        the subgroup of quarter turns acting on the image about its centre (planar
+        offsets, no torus translations); under the full group it is *unknown*, since
+        equivariance is approximate on the pixel grid.
+        """
+        name = type(self).__name__
+        in_t, out_t = self._input_type(), LiftedField(self.point_group)
+        try:
+            acting = point_group_of(group)
+        except GroupError as err:
+            return Contract.unknown(f"{name}: {err}", in_t)
+        has_translations = isinstance(group, TorusTranslations | GridTranslations | RotoTranslationGroup)
+        if has_translations and not self.exact:
+            return Contract.breaks(
+                f"{name} with {self.point_group.name} uses planar (non-circular) offsets: not equivariant "
+                "to translations of the torus",
+                in_t,
+                out_t,
+            )
+        if acting is not None:
+            try:
+                for gen in acting.generators():
+                    embed_point_element(gen, self.point_group, name)
+            except GroupError:
+                return Contract.breaks(
+                    f"{name}: positional encoding is not {acting.name}-invariant (its group axis carries only "
+                    f"{self.point_group.name})",
+                    in_t,
+                    out_t,
+                )
+            if not acting.acts_exactly_on_grid:
+                return Contract.unknown(
+                    f"{name}: {acting.name} rotations do not map the pixel grid to itself; equivariance is "
+                    "approximate (interpolated offsets)",
+                    in_t,
+                )
+        return Contract.equivariant(in_t, out_t)
+
+    def extra_repr(self) -> str:
+        local = f"neighbourhood={self.neighbourhood}" if self.neighbourhood else "global"
+        return (
+            f"{self.in_channels}->{self.out_channels}, point_group={self.point_group.name}, "
+            f"heads={self.num_heads}x{self.head_channels}, {local}"
+        )
+
+
+class GroupSelfAttention(_RotoTranslationAttention):
+    """Group self-attention on lifted fields: ``(B, C_in, |H|, H, W) → (B, C_out, |H|, H, W)``.
+
+    The output token ``(h, x_i)`` attends (query from the same token) to every key token
+    ``(k, x_j)`` (global) or to the tokens ``(k, x_i + δ)``, ``δ`` in a circular
+    ``k × k`` window, for all ``k ∈ H`` (local). The positional term is a function of
+    ``(h⁻¹(x_j − x_i), h⁻¹k)`` — the orbital of the pair under ``T ⋊ H`` — so the layer
+    is exactly equivariant for point groups acting on the grid. (The published GSA-Nets
+    code encodes the relative group element without the output slice ``h``, which is
+    not invariant; see the tests.)
+
+    Global attention gathers the bias for all ``(query, key)`` pairs once per shape
+    from a table of ``|H|·H·W`` entries; local attention's bias does not depend on the
+    position at all (``(heads, |H|, |H|·k²)``) and keys are gathered by circular
+    ``unfold``. Every attention call goes through :func:`groupattn.attention.attend`.
+
+    Contract: equivariant ``LiftedField(H) → LiftedField(H)`` under torus translations,
+    ``H`` (and its subgroups) and ``T ⋊ H`` (p4 for C4, p4m for D4); see
+    :meth:`contract` for finer rotations.
+
+    Parameters
+    ----------
+    in_channels, out_channels
+        Channel widths.
+    point_group
+        ``H`` (an instance or a name: ``"C1"``, ``"C2"``, ``"C4"``, ``"D2"``, ``"D4"``,
+        ``"C8"``, …).
+    num_heads
+        Number of heads.
+    head_channels
+        Per-head width ``d``; by default ``out_channels // num_heads`` (then
+        ``out_channels`` must be divisible by ``num_heads``). The heads are
+        concatenated (``num_heads · d``) and projected to ``out_channels``.
+    neighbourhood
+        ``None`` for global attention, else the odd window side ``k``.
+    encoding
+        ``"continuous"`` (GSA-style MLP of rotated offsets, any size) or ``"table"``
+        (one learned value per orbital; global layers need ``size``).
+    size
+        Grid size for a global orbital table.
+    additive
+        Add the positional bias to the logits.
+    query_position
+        Add the query-dependent term ``q · r(h⁻¹(x_j − x_i), h⁻¹k) / √d``.
+    encoding_hidden
+        Hidden width of the continuous encoding's MLP.
+
+    Raises
+    ------
+    GroupError
+        For channels not divisible by heads (without ``head_channels``), an even
+        neighbourhood, or (in ``forward``) a wrong shape, a non-square grid under
+        rotations, or a neighbourhood larger than the grid.
+    """
+
+    lifting = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_input(x)
+        b, _, g, height, width = x.shape
+        geometry = self.geometry(height, width)
+        n = height * width
+        heads, d = self.num_heads, self.head_channels
+        bias, vectors = self._positional(geometry, x.dtype, x.device)
+        scale = 1.0 / math.sqrt(d)
+        if self.neighbourhood is None:
+            tokens = rearrange(x, "b c g y x -> b g (y x) c")
+            q, k, v = self._split_heads(tokens)  # (B, G, N, heads·d)
+            q = rearrange(q, "b g n (e d) -> b e (g n) d", e=heads)
+            k = rearrange(k, "b g n (e d) -> b e (g n) d", e=heads)
+            v = rearrange(v, "b g n (e d) -> b e (g n) d", e=heads)
+            index = geometry.index.reshape(g * n, g * n)
+            logits_bias = None if bias is None else bias.reshape(1, heads, g * n, g * n)
+            if vectors is not None:
+                qv = torch.einsum("beqd,ted->beqt", q, vectors.to(q.dtype)) * scale
+                pos = qv.gather(-1, index.to(x.device).expand(b, heads, g * n, g * n))
+                logits_bias = pos if logits_bias is None else logits_bias + pos
+            out = attend(q, k, v, logits_bias, module="GroupSelfAttention")
+            out = rearrange(out, "b e (g n) d -> b g n (e d)", g=g)
+        else:
+            window = self.neighbourhood * self.neighbourhood
+            qkv = self.qkv(rearrange(x, "b c g y x -> b (y x) g c")).view(b, n, g, 3, heads, d)
+            kv = self._gather_windows(qkv[:, :, :, 1:], geometry)  # (B, N, k², G, 2, heads, d)
+            # keys in (window, group) order; all reshapes below are views
+            k = kv[:, :, :, :, 0].permute(0, 1, 4, 2, 3, 5).reshape(b * n, heads, window * g, d)
+            v = kv[:, :, :, :, 1].permute(0, 1, 4, 2, 3, 5).reshape(b * n, heads, window * g, d)
+            q = qkv[:, :, :, 0].permute(0, 1, 3, 2, 4).reshape(b * n, heads, g, d)
+            logits_bias = None if bias is None else bias.reshape(1, heads, g, g * window)
+            if vectors is not None:
+                qv = torch.einsum("begd,ted->begt", q, vectors.to(q.dtype)) * scale
+                index = geometry.index.reshape(g, g * window).to(x.device)
+                pos = qv.gather(-1, index.expand(q.shape[0], heads, g, g * window))
+                logits_bias = pos if logits_bias is None else logits_bias + pos
+            out = attend(q, k, v, logits_bias, module="GroupSelfAttention")
+            out = rearrange(out, "(b n) e g d -> b n g (e d)", b=b)
+            out = self.proj(out)
+            return rearrange(out, "b (y x) g c -> b c g y x", y=height)
+        out = self.proj(out)
+        return rearrange(out, "b g (y x) c -> b c g y x", y=height)

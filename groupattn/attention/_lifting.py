@@ -1,0 +1,91 @@
+"""Lifting self-attention: images (X) to lifted fields over position × point group (X × H)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from einops import rearrange
+
+from ._group_attention import _RotoTranslationAttention
+from ._kernel import attend
+
+__all__ = ["LiftingSelfAttention"]
+
+
+class LiftingSelfAttention(_RotoTranslationAttention):
+    """Lifting self-attention: ``(B, C_in, H, W) → (B, C_out, |H|, H, W)``.
+
+    Output slice ``h`` at pixel ``x_i`` attends from the query of ``x_i`` to every pixel
+    ``x_j`` (global) or to the circular ``k × k`` window around ``x_i`` (local), with a
+    positional term that is a function of ``h⁻¹(x_j − x_i)`` only. Rotating the input by
+    ``g`` therefore rotates the output spatially and permutes its group axis by
+    ``h ↦ g h``: the layer lifts images to fields over ``T ⋊ H``.
+
+    Global attention gathers the bias ``(heads, |H|·N, N)`` once per shape from a table
+    of ``N = H·W`` entries (an orbital per torus offset); local attention's bias is
+    ``(heads, |H|, k²)``, the same at every pixel, with keys gathered by circular
+    ``unfold``. All attention goes through :func:`groupattn.attention.attend`.
+
+    Contract: equivariant ``GridField → LiftedField(H)`` under torus translations,
+    ``H`` (and subgroups) and ``T ⋊ H``; for finer rotations (C8, …) see
+    :meth:`contract` (approximate).
+
+    Parameters
+    ----------
+    in_channels, out_channels, point_group, num_heads, head_channels, neighbourhood, encoding, size, additive,
+    query_position, encoding_hidden
+        As for :class:`GroupSelfAttention`.
+
+    Raises
+    ------
+    GroupError
+        As for :class:`GroupSelfAttention`.
+    """
+
+    lifting = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_input(x)
+        b, _, height, width = x.shape
+        g = self.point_group.order()
+        geometry = self.geometry(height, width)
+        n = height * width
+        heads, d = self.num_heads, self.head_channels
+        tokens = rearrange(x, "b c y x -> b (y x) c")
+        bias, vectors = self._positional(geometry, x.dtype, x.device)
+        scale = 1.0 / math.sqrt(d)
+        if self.neighbourhood is None:
+            q, k, v = self._split_heads(tokens)  # (B, N, heads·d)
+            q = rearrange(q, "b n (e d) -> b e n d", e=heads)
+            k = rearrange(k, "b n (e d) -> b e n d", e=heads)
+            v = rearrange(v, "b n (e d) -> b e n d", e=heads)
+            queries = q.unsqueeze(2).expand(b, heads, g, n, d).reshape(b, heads, g * n, d)
+            logits_bias = None if bias is None else bias.reshape(1, heads, g * n, n)
+            if vectors is not None:
+                qv = torch.einsum("bend,ted->bent", q, vectors.to(q.dtype)) * scale  # (B, heads, N, T)
+                index = geometry.index.to(x.device)  # (G, N, N)
+                pos = qv.unsqueeze(2).expand(b, heads, g, n, qv.shape[-1]).gather(
+                    -1, index.expand(b, heads, g, n, n)
+                )
+                pos = pos.reshape(b, heads, g * n, n)
+                logits_bias = pos if logits_bias is None else logits_bias + pos
+            out = attend(queries, k, v, logits_bias, module="LiftingSelfAttention")
+            out = rearrange(out, "b e (g n) d -> b g n (e d)", g=g)
+        else:
+            window = self.neighbourhood * self.neighbourhood
+            qkv = self.qkv(tokens).view(b, n, 3, heads, d)
+            kv = self._gather_windows(qkv[:, :, 1:], geometry)  # (B, N, k², 2, heads, d)
+            k = kv[:, :, :, 0].permute(0, 1, 3, 2, 4).reshape(b * n, heads, window, d)
+            v = kv[:, :, :, 1].permute(0, 1, 3, 2, 4).reshape(b * n, heads, window, d)
+            q = qkv[:, :, 0].reshape(b * n, heads, d)
+            queries = q.unsqueeze(2).expand(b * n, heads, g, d)
+            logits_bias = None if bias is None else bias.reshape(1, heads, g, window)
+            if vectors is not None:
+                qv = torch.einsum("bed,ted->bet", q, vectors.to(q.dtype)) * scale  # (B·N, heads, T)
+                pos = qv[:, :, geometry.index.to(x.device)]  # (B·N, heads, G, k²)
+                logits_bias = pos if logits_bias is None else logits_bias + pos
+            out = attend(queries, k, v, logits_bias, module="LiftingSelfAttention")
+            out = rearrange(out, "(b n) e g d -> b g n (e d)", b=b)
+        out = self.proj(out)
+        return rearrange(out, "b g (y x) c -> b c g y x", y=height)

@@ -1,0 +1,121 @@
+"""Spatially-reduced (global sub-sampled) attention, Twins-SVT / PVT style, with anchoring."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from einops import rearrange
+from torch import nn
+
+from ..canonical import polyphase_anchor
+from ..canonical._polyphase import Norm
+from ..contracts import Contract
+from ..groups import Group, GroupError
+from ..positional._translation import _check_grid, _check_tokens, _grid_stride, _token_contract
+from ._global import _check_heads
+from ._kernel import attend
+
+__all__ = ["SpatialReductionAttention"]
+
+
+class SpatialReductionAttention(nn.Module):
+    """Every token attends to a spatially reduced copy of the grid (keys and values).
+
+    Keys and values come from a ``reduction × reduction`` strided convolution of the
+    tokens (then a LayerNorm). With ``anchored=True`` the tokens are polyphase-anchored
+    with stride ``reduction`` before the convolution, so the reduced tokens move with
+    the data. The reduced tokens form a *set* (no positional bias), so the frame need
+    not be undone: queries come from the un-anchored tokens and the output moves
+    exactly with the input.
+
+    Contract under ``TorusTranslations(h, w)``: *equivariant* when anchored (or
+    ``reduction = 1``); otherwise *breaks*.
+
+    Parameters
+    ----------
+    dim
+        Token width ``C``.
+    heads
+        Number of heads.
+    grid
+        Token grid ``(h, w)``, divisible by ``reduction``.
+    reduction
+        Spatial reduction ratio ``r``.
+    anchored
+        Anchor before reducing (the equivariant variant).
+    norm
+        Norm of the polyphase anchoring.
+    pre_norm
+        Apply a ``LayerNorm`` to the tokens inside the layer (use instead of the block's
+        pre-norm), so that the phase is chosen from the un-normalised tokens (the
+        polyphase L2 norms of LayerNorm-ed tokens nearly tie).
+
+    Shapes: ``(B, h·w, C) → (B, h·w, C)``.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        grid: tuple[int, int],
+        reduction: int,
+        anchored: bool = True,
+        norm: Norm = "l2",
+        pre_norm: bool = False,
+    ) -> None:
+        super().__init__()
+        _check_heads("SpatialReductionAttention", dim, heads)
+        self.grid = _check_grid("SpatialReductionAttention", grid)
+        if reduction < 1 or self.grid[0] % reduction or self.grid[1] % reduction:
+            raise GroupError(
+                f"SpatialReductionAttention: expected a grid divisible by reduction {reduction}, "
+                f"got {self.grid[0]}x{self.grid[1]}"
+            )
+        self.dim, self.heads, self.reduction = dim, heads, reduction
+        self.anchored, self.norm, self.pre_norm = anchored, norm, pre_norm
+        self.input_norm: nn.Module = nn.LayerNorm(dim) if pre_norm else nn.Identity()
+        self.query = nn.Linear(dim, dim)
+        self.key_value = nn.Linear(dim, 2 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.reduce: nn.Module = (
+            nn.Conv2d(dim, dim, reduction, stride=reduction) if reduction > 1 else nn.Identity()
+        )
+        self.reduce_norm: nn.Module = nn.LayerNorm(dim) if reduction > 1 else nn.Identity()
+
+    def _reduced(self, x: torch.Tensor) -> torch.Tensor:
+        if self.reduction == 1:
+            return self.input_norm(x)
+        if self.anchored:
+            x = polyphase_anchor(x, self.reduction, self.norm, self.grid).output
+        x = self.input_norm(x)
+        h, w = self.grid
+        image = rearrange(x, "b (y x) c -> b c y x", y=h, x=w)
+        return self.reduce_norm(rearrange(self.reduce(image), "b c y x -> b (y x) c"))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Attend from every token to the reduced tokens."""
+        _check_tokens("SpatialReductionAttention", x, self.grid, 0, self.dim)
+        q = rearrange(self.query(self.input_norm(x)), "b n (h d) -> b h n d", h=self.heads)
+        k, v = rearrange(
+            self.key_value(self._reduced(x)), "b m (two h d) -> two b h m d", two=2, h=self.heads
+        )
+        out = attend(q, k, v, module="SpatialReductionAttention")
+        return self.proj(rearrange(out, "b h n d -> b n (h d)"))
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """See the class docstring."""
+        stride = _grid_stride(group, self.grid)
+        reason = None
+        if stride is not None and not self.anchored and stride % self.reduction:
+            reason = (
+                "spatial-reduction attention without anchoring is not translation-equivariant: the "
+                f"stride-{self.reduction} reduction grid does not move with the input"
+            )
+        return _token_contract("SpatialReductionAttention", group, self.grid, 0, reason)
+
+    def extra_repr(self) -> str:
+        return (
+            f"dim={self.dim}, heads={self.heads}, grid={self.grid}, reduction={self.reduction}, "
+            f"anchored={self.anchored}"
+        )

@@ -1,0 +1,143 @@
+"""The generic arg-max canonicalizer over a finite group or a set of coset representatives."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..actions import FieldType, GridField
+from ..contracts import Contract
+from ..groups import FiniteGroup, Group, GroupElement, GroupError
+from ._types import Canonicalized
+
+__all__ = ["ArgmaxCanonicalizer", "argmax_with_margin"]
+
+
+def argmax_with_margin(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Best candidate per sample and the gap between the two best scores.
+
+    Ties are resolved deterministically: the **lowest index** among the best scores
+    wins (``torch.argmax`` returns the first maximum), and the margin is then exactly 0.
+
+    Parameters
+    ----------
+    scores
+        ``(B, K)`` score of each of ``K`` candidates.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``index`` — long ``(B,)``; ``margin`` — ``(B,)`` best minus second-best score
+        (``+inf`` when there is a single candidate).
+
+    Raises
+    ------
+    GroupError
+        If ``scores`` is not a non-empty ``(B, K)`` tensor.
+    """
+    if scores.dim() != 2 or scores.shape[1] < 1:
+        raise GroupError(
+            f"argmax_with_margin: expected scores of shape (B, K) with K >= 1, got {tuple(scores.shape)}"
+        )
+    index = torch.argmax(scores, dim=1)
+    if scores.shape[1] == 1:
+        return index, torch.full_like(scores[:, 0], float("inf"))
+    top = torch.topk(scores, 2, dim=1).values
+    return index, top[:, 0] - top[:, 1]
+
+
+class ArgmaxCanonicalizer(nn.Module):
+    """Score every candidate element, pick the best, apply it.
+
+    For each candidate ``g_k`` (all elements of a finite group, or a list of coset
+    representatives) the canonicalizer computes ``score(g_k · x)`` per sample, picks
+    ``k* = argmax_k`` (lowest ``k`` on a tie) and returns ``g_{k*} · x``. This is the
+    reference implementation for any finite group and field type; polyphase anchoring
+    (:class:`PolyphaseAnchor`) is a fast special case for translations.
+
+    Contract: *canonicalizing* — ``f(h·x) = h'·f(x)`` for a data-dependent ``h'`` of
+    ``output_group`` (by default the acting group; when the candidates are all elements
+    of the group the output is invariant up to ties).
+
+    Parameters
+    ----------
+    group
+        The finite group the candidates belong to.
+    score
+        Maps a batch ``(B, ...)`` in ``field_type``'s layout to scores ``(B,)``; it must
+        itself be invariant under the group for the result to be canonicalizing.
+    field_type
+        How the group acts on the input (default: images).
+    candidates
+        Elements (or raw values) to score; all elements of ``group`` by default.
+    output_group
+        The group acting on the output, if it differs from ``group``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from groupattn.groups import CyclicGroup
+    >>> canon = ArgmaxCanonicalizer(CyclicGroup(4), lambda x: x[:, 0, 0, -1])
+    >>> out = canon(torch.randn(2, 1, 5, 5))
+    >>> out.frame.shape
+    torch.Size([2])
+    """
+
+    def __init__(
+        self,
+        group: FiniteGroup,
+        score: Callable[[torch.Tensor], torch.Tensor],
+        field_type: FieldType | None = None,
+        candidates: Sequence[Any] | None = None,
+        output_group: Group | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(group, FiniteGroup):
+            raise GroupError(f"ArgmaxCanonicalizer: expected a finite group, got {group!r}")
+        self.group = group
+        self.score = score
+        self.field_type = field_type or GridField()
+        elems = group.elements() if candidates is None else [group.element(c) for c in candidates]
+        if not elems:
+            raise GroupError("ArgmaxCanonicalizer: expected at least one candidate element, got none")
+        self.candidates: list[GroupElement] = elems
+        self.output_group = output_group
+
+    def forward(self, x: torch.Tensor) -> Canonicalized:
+        """Canonicalize ``x``.
+
+        Parameters
+        ----------
+        x
+            ``(B, ...)`` in the layout of ``field_type``.
+
+        Returns
+        -------
+        Canonicalized
+            ``output`` same shape as ``x``; ``frame`` long ``(B,)`` index into
+            :attr:`candidates`; ``margin`` ``(B,)``.
+        """
+        self.field_type.check(x, "ArgmaxCanonicalizer")
+        moved = torch.stack([self.field_type.act(self.group, g, x) for g in self.candidates])
+        k, b = moved.shape[0], moved.shape[1]
+        scores = self.score(moved.reshape(k * b, *moved.shape[2:]))
+        if scores.shape != (k * b,):
+            raise GroupError(
+                f"ArgmaxCanonicalizer: expected the score function to return shape ({k * b},), "
+                f"got {tuple(scores.shape)}"
+            )
+        index, margin = argmax_with_margin(scores.reshape(k, b).transpose(0, 1))
+        output = moved[index, torch.arange(b, device=x.device)]
+        return Canonicalized(output, index, margin)
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """Canonicalizing under :attr:`group` with :attr:`field_type` in and out."""
+        if group != self.group:
+            return Contract.unknown(
+                f"ArgmaxCanonicalizer: scores candidates of {self.group.name}, not {group.name}",
+                input_type or self.field_type,
+            )
+        return Contract.canonicalizing(self.field_type, self.field_type, self.output_group)

@@ -1,0 +1,535 @@
+"""Polyphase anchoring, un-anchoring and adaptive polyphase down/up-sampling (APS, APS-U).
+
+All operators act per sample, in one batched pass: the ``s²`` polyphase norms come from
+one reshape ``(B, C, H/s, s, W/s, s)`` and one reduction, the phase from one ``argmax``,
+and the shift from one batched ``gather`` — no Python loop over the batch, and no
+host synchronisation (the operators run under ``torch.compile(fullgraph=True)``).
+
+Conventions
+-----------
+The phase of a sample is ``(py, px)`` with ``0 ≤ py, px < s``, numbered ``k = py·s + px``;
+the polyphase component ``k`` is ``x[..., py::s, px::s]``. Anchoring rolls the sample by
+``(−py, −px)`` so that its largest-norm component sits at the origin; the *frame* is
+``(py, px)`` and un-anchoring rolls by ``(+py, +px)``. Ties go to the lowest phase
+index ``k`` and are reported by a margin of exactly 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from ..actions import GridField, TokenField
+from ..contracts import Contract
+from ..groups import Group, GroupError, TorusTranslations
+from ._argmax import argmax_with_margin
+from ._types import Canonicalized
+
+__all__ = [
+    "AdaptivePolyphaseDownsample",
+    "AdaptivePolyphaseUpsample",
+    "PolyphaseAnchor",
+    "PolyphaseUnanchor",
+    "polyphase_anchor",
+    "gather_tokens",
+    "polyphase_norms",
+    "polyphase_phase",
+    "polyphase_unanchor",
+    "shifted_token_index",
+]
+
+Norm = Literal["l2", "l1", "max"]
+_ORDERS: dict[str, float] = {"l2": 2.0, "l1": 1.0, "max": float("inf")}
+
+
+def _check_stride(module: str, stride: int) -> int:
+    if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
+        raise GroupError(f"{module}: expected a stride as an int >= 1, got {stride!r}")
+    return stride
+
+
+def _check_norm(module: str, norm: str) -> float:
+    if norm not in _ORDERS:
+        raise GroupError(f"{module}: expected norm 'l2', 'l1' or 'max', got {norm!r}")
+    return _ORDERS[norm]
+
+
+def _spatial_shape(module: str, x: torch.Tensor, grid: tuple[int, int] | None) -> tuple[int, int]:
+    """``(H, W)`` of an image batch ``(B, C, H, W)`` or a token batch ``(B, H·W, C)``."""
+    if grid is None:
+        if x.dim() != 4:
+            raise GroupError(f"{module}: expected an image batch (B, C, H, W), got a tensor of shape {tuple(x.shape)}")
+        return int(x.shape[2]), int(x.shape[3])
+    if x.dim() != 3 or x.shape[1] != grid[0] * grid[1]:
+        raise GroupError(
+            f"{module}: expected tokens (B, N={grid[0] * grid[1]}, C) over a {grid[0]}x{grid[1]} grid, "
+            f"got a tensor of shape {tuple(x.shape)}"
+        )
+    return grid
+
+
+def _check_divisible(module: str, shape: tuple[int, int], stride: int) -> None:
+    if shape[0] % stride or shape[1] % stride:
+        raise GroupError(
+            f"{module}: expected a grid divisible by stride {stride}, got {shape[0]}x{shape[1]}"
+        )
+
+
+def polyphase_norms(
+    x: torch.Tensor, stride: int, norm: Norm = "l2", grid: tuple[int, int] | None = None
+) -> torch.Tensor:
+    """Norms of the ``s²`` polyphase components of each sample.
+
+    Parameters
+    ----------
+    x
+        Images ``(B, C, H, W)``, or tokens ``(B, H·W, C)`` when ``grid = (H, W)`` is given.
+    stride
+        ``s``; ``H`` and ``W`` must be divisible by it.
+    norm
+        ``"l2"``, ``"l1"`` or ``"max"`` (max-abs).
+    grid
+        The token grid for token input.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, s²)``; column ``k = py·s + px`` is the norm of ``x[..., py::s, px::s]``.
+    """
+    module = "polyphase_norms"
+    stride = _check_stride(module, stride)
+    _check_norm(module, norm)
+    height, width = _spatial_shape(module, x, grid)
+    _check_divisible(module, (height, width), stride)
+    b = x.shape[0]
+    if grid is None:
+        # Per-pixel channel reduction as one batched matrix product (ones @ |x|^p): much
+        # faster than a strided reduction over (C, H/s, W/s); then a tiny (H/s, W/s) sum.
+        c = x.shape[1]
+        flat = x.reshape(b, c, height * width)
+        if norm == "max":
+            per_pixel = flat.abs().amax(dim=1)
+        else:
+            powered = flat * flat if norm == "l2" else flat.abs()
+            per_pixel = torch.matmul(powered.new_ones(1, c), powered).reshape(b, height * width)
+    else:
+        if norm == "max":
+            per_pixel = x.abs().amax(dim=2)
+        else:
+            per_pixel = (x * x).sum(dim=2) if norm == "l2" else x.abs().sum(dim=2)
+    phases = per_pixel.reshape(b, height // stride, stride, width // stride, stride)
+    if norm == "max":
+        return phases.amax(dim=(1, 3)).reshape(b, stride * stride)
+    scores = phases.sum(dim=(1, 3)).reshape(b, stride * stride)
+    return scores.sqrt() if norm == "l2" else scores
+
+
+def _roll_index(
+    shift_y: torch.Tensor, shift_x: torch.Tensor, height: int, width: int
+) -> torch.Tensor:
+    """Flat source index ``(B, H·W)`` of a per-sample circular roll by ``(−shift_y, −shift_x)``."""
+    rows = torch.arange(height, device=shift_y.device)
+    cols = torch.arange(width, device=shift_y.device)
+    rows = torch.remainder(rows[None, :] + shift_y[:, None], height)
+    cols = torch.remainder(cols[None, :] + shift_x[:, None], width)
+    return (rows[:, :, None] * width + cols[:, None, :]).reshape(shift_y.shape[0], height * width)
+
+
+def _gather_roll(
+    x: torch.Tensor, shift_y: torch.Tensor, shift_x: torch.Tensor, grid: tuple[int, int] | None
+) -> torch.Tensor:
+    """``out[b] = roll(x[b], (−shift_y[b], −shift_x[b]))`` in one batched gather."""
+    if grid is None:
+        b, c, height, width = x.shape
+        index = _roll_index(shift_y, shift_x, height, width)
+        flat = x.reshape(b, c, height * width)
+        return torch.gather(flat, 2, index[:, None, :].expand(b, c, height * width)).reshape(x.shape)
+    return gather_tokens(x, _roll_index(shift_y, shift_x, grid[0], grid[1]))
+
+
+def gather_tokens(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``out[b, t] = x[b, index[b, t]]`` for tokens ``(B, N, C)``, as one row ``index_select``.
+
+    Copying whole token rows is several times faster than an element-wise ``gather``.
+
+    Parameters
+    ----------
+    x
+        Tokens ``(B, N, C)``.
+    index
+        Long ``(B, M)`` with entries in ``[0, N)``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, M, C)``.
+    """
+    b, n, c = x.shape
+    offsets = torch.arange(b, device=x.device)[:, None] * n
+    rows = x.reshape(b * n, c).index_select(0, (index + offsets).reshape(-1))
+    return rows.reshape(b, index.shape[1], c)
+
+
+def shifted_token_index(
+    shift_y: torch.Tensor,
+    shift_x: torch.Tensor,
+    grid: tuple[int, int],
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+) -> torch.Tensor:
+    """Per-sample source index of a circular shift composed with a fixed token order.
+
+    ``index[b, t] = ((rows[t] + shift_y[b]) mod h) · w + (cols[t] + shift_x[b]) mod w``:
+    with :func:`gather_tokens`, output token ``t`` reads grid position
+    ``(rows[t], cols[t])`` of the sample rolled by ``(−shift_y[b], −shift_x[b])``. With
+    ``(rows, cols)`` listing the grid in window order this fuses anchoring, Swin's
+    cyclic shift and window partition into a single copy.
+
+    Parameters
+    ----------
+    shift_y, shift_x
+        Long ``(B,)``.
+    grid
+        ``(h, w)``.
+    rows, cols
+        Long ``(M,)`` grid coordinates in the desired output order.
+
+    Returns
+    -------
+    torch.Tensor
+        Long ``(B, M)``.
+    """
+    height, width = grid
+    y = torch.remainder(rows[None, :] + shift_y[:, None], height)
+    x = torch.remainder(cols[None, :] + shift_x[:, None], width)
+    return y * width + x
+
+
+def polyphase_phase(
+    x: torch.Tensor, stride: int, norm: Norm = "l2", grid: tuple[int, int] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The anchoring frame alone: the phase ``(py, px)`` of the largest-norm component.
+
+    Parameters
+    ----------
+    x, stride, norm, grid
+        As for :func:`polyphase_anchor`.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``frame`` long ``(B, 2)`` and ``margin`` ``(B,)`` (lowest phase index on a tie).
+    """
+    index, margin = argmax_with_margin(polyphase_norms(x, stride, norm, grid))
+    shift_y = torch.div(index, stride, rounding_mode="floor")
+    return torch.stack([shift_y, index - shift_y * stride], dim=1), margin
+
+
+def polyphase_anchor(
+    x: torch.Tensor, stride: int, norm: Norm = "l2", grid: tuple[int, int] | None = None
+) -> Canonicalized:
+    """Shift each sample so that its largest-norm polyphase component sits at the origin.
+
+    Contract: canonicalizing under ``TorusTranslations(H, W)`` with output group
+    ``TorusTranslations(H/s, W/s, stride=s)``: a shifted input gives an output that
+    differs only by a shift by a multiple of ``s``.
+
+    Parameters
+    ----------
+    x
+        Images ``(B, C, H, W)``, or tokens ``(B, H·W, C)`` when ``grid`` is given.
+    stride
+        ``s ≥ 1``.
+    norm
+        ``"l2"``, ``"l1"`` or ``"max"``.
+    grid
+        The token grid ``(H, W)`` for token input.
+
+    Returns
+    -------
+    Canonicalized
+        ``output`` like ``x``; ``frame`` long ``(B, 2)`` phase ``(py, px)`` (the roll that
+        un-anchoring applies); ``margin`` ``(B,)`` best minus second-best norm (0 on a tie,
+        where the lowest phase index ``py·s + px`` wins; ``+inf`` for ``s = 1``).
+    """
+    frame, margin = polyphase_phase(x, stride, norm, grid)
+    return Canonicalized(_gather_roll(x, frame[:, 0], frame[:, 1], grid), frame, margin)
+
+
+def _check_frame(module: str, frame: torch.Tensor, batch: int) -> None:
+    if frame.dim() != 2 or frame.shape[1] != 2 or frame.shape[0] != batch or frame.is_floating_point():
+        raise GroupError(
+            f"{module}: expected an integer frame of shape ({batch}, 2), got "
+            f"{frame.dtype} of shape {tuple(frame.shape)}"
+        )
+
+
+def polyphase_unanchor(
+    x: torch.Tensor, frame: torch.Tensor, grid: tuple[int, int] | None = None
+) -> torch.Tensor:
+    """Undo :func:`polyphase_anchor`: roll each sample back by its frame.
+
+    Contract: frame-restoring — ``polyphase_unanchor(polyphase_anchor(x).output, frame)``
+    is ``x`` exactly, and so is anything equivariant computed in between.
+
+    Parameters
+    ----------
+    x
+        Images ``(B, C, H, W)``, or tokens ``(B, H·W, C)`` when ``grid`` is given.
+    frame
+        Long ``(B, 2)`` from :func:`polyphase_anchor`.
+    grid
+        The token grid for token input.
+
+    Returns
+    -------
+    torch.Tensor
+        Same shape as ``x``.
+    """
+    module = "polyphase_unanchor"
+    _spatial_shape(module, x, grid)
+    _check_frame(module, frame, x.shape[0])
+    return _gather_roll(x, -frame[:, 0], -frame[:, 1], grid)
+
+
+def _torus_stride(group: Group, shape: tuple[int, int]) -> int | None:
+    """The pixel stride of a torus translation group acting on a grid of ``shape``, else ``None``."""
+    if not isinstance(group, TorusTranslations):
+        return None
+    if group.height * group.stride != shape[0] or group.width * group.stride != shape[1]:
+        return None
+    return group.stride
+
+
+def _not_translations(module: str, group: Group, shape: tuple[int, int], input_type: Any) -> Contract:
+    return Contract.unknown(
+        f"{module}: promises nothing for {group.name}; expected translations of the "
+        f"{shape[0]}x{shape[1]} torus",
+        input_type,
+    )
+
+
+class PolyphaseAnchor(nn.Module):
+    """Polyphase anchoring as a module (see :func:`polyphase_anchor`).
+
+    Contract: under ``TorusTranslations(H, W)`` *canonicalizing* with output group
+    ``TorusTranslations(H/s, W/s, stride=s)``; under a subgroup whose stride is a
+    multiple of ``s`` the phase never changes and anchoring is *equivariant*.
+
+    Parameters
+    ----------
+    stride
+        ``s ≥ 1``.
+    norm
+        ``"l2"`` (default), ``"l1"`` or ``"max"``.
+    grid
+        ``(H, W)`` for token input ``(B, H·W, C)``; ``None`` for images ``(B, C, H, W)``.
+    image_size
+        ``(H, W)`` of image input, used only to state the contract without an input.
+    """
+
+    def __init__(
+        self,
+        stride: int,
+        norm: Norm = "l2",
+        grid: tuple[int, int] | None = None,
+        image_size: tuple[int, int] | None = None,
+    ) -> None:
+        super().__init__()
+        self.stride = _check_stride("PolyphaseAnchor", stride)
+        _check_norm("PolyphaseAnchor", norm)
+        self.norm = norm
+        self.grid = None if grid is None else (int(grid[0]), int(grid[1]))
+        if self.grid is not None:
+            _check_divisible("PolyphaseAnchor", self.grid, self.stride)
+        self.image_size = image_size
+
+    def forward(self, x: torch.Tensor) -> Canonicalized:
+        """Anchor ``x`` (images ``(B, C, H, W)`` or tokens ``(B, N, C)``); see :func:`polyphase_anchor`."""
+        _check_divisible("PolyphaseAnchor", _spatial_shape("PolyphaseAnchor", x, self.grid), self.stride)
+        return polyphase_anchor(x, self.stride, self.norm, self.grid)  # type: ignore[arg-type]
+
+    def _shape(self, group: Group) -> tuple[int, int]:
+        if self.grid is not None:
+            return self.grid
+        if self.image_size is not None:
+            return self.image_size
+        if isinstance(group, TorusTranslations):
+            return (group.height * group.stride, group.width * group.stride)
+        return (0, 0)
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """See the class docstring."""
+        shape = self._shape(group)
+        field = GridField() if self.grid is None else TokenField(self.grid)
+        acting = _torus_stride(group, shape)
+        if acting is None:
+            return _not_translations("PolyphaseAnchor", group, shape, field)
+        if acting % self.stride == 0:
+            return Contract.equivariant(field, field)
+        if acting != 1:
+            return Contract.unknown(
+                f"PolyphaseAnchor: stride {self.stride} does not divide the acting stride {acting}", field
+            )
+        out_group = TorusTranslations(shape[0] // self.stride, shape[1] // self.stride, stride=self.stride)
+        return Contract.canonicalizing(field, field, out_group)
+
+    def extra_repr(self) -> str:
+        return f"stride={self.stride}, norm={self.norm!r}" + (f", grid={self.grid}" if self.grid else "")
+
+
+class PolyphaseUnanchor(nn.Module):
+    """Un-anchoring: roll each sample back by its frame (see :func:`polyphase_unanchor`).
+
+    ``forward(x, frame)``. Contract: *frame-restoring* — the output is back in the frame
+    of the tensor that was anchored, so it may be added to it (residual connections).
+
+    Parameters
+    ----------
+    grid
+        ``(H, W)`` for token input ``(B, H·W, C)``; ``None`` for images.
+    """
+
+    def __init__(self, grid: tuple[int, int] | None = None) -> None:
+        super().__init__()
+        self.grid = None if grid is None else (int(grid[0]), int(grid[1]))
+
+    def forward(self, x: torch.Tensor, frame: torch.Tensor) -> torch.Tensor:
+        """Roll ``x`` back by ``frame`` (long ``(B, 2)``); same shape as ``x``."""
+        return polyphase_unanchor(x, frame, self.grid)
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """Frame-restoring under translations of the grid."""
+        field = GridField() if self.grid is None else TokenField(self.grid)
+        if not isinstance(group, TorusTranslations):
+            return _not_translations("PolyphaseUnanchor", group, self.grid or (0, 0), field)
+        return Contract.frame_restoring(field, field)
+
+    def extra_repr(self) -> str:
+        return f"grid={self.grid}" if self.grid else ""
+
+
+class AdaptivePolyphaseDownsample(nn.Module):
+    """Adaptive polyphase sampling (APS): keep the largest-norm polyphase component.
+
+    ``out[b] = x[b, :, py::s, px::s]`` for the per-sample phase ``(py, px)`` of
+    :func:`polyphase_anchor` (equal to ``polyphase_anchor(x).output[..., ::s, ::s]``).
+
+    Contract: under ``TorusTranslations(H, W)`` *canonicalizing* with output group
+    ``TorusTranslations(H/s, W/s)``: image translations map onto coarse translations up
+    to the frame (exactly, without any aliasing error).
+
+    Parameters
+    ----------
+    stride
+        ``s ≥ 1``.
+    norm
+        ``"l2"``, ``"l1"`` or ``"max"``.
+    image_size
+        ``(H, W)``, used only to state the contract without an input.
+    """
+
+    def __init__(self, stride: int, norm: Norm = "l2", image_size: tuple[int, int] | None = None) -> None:
+        super().__init__()
+        self.stride = _check_stride("AdaptivePolyphaseDownsample", stride)
+        _check_norm("AdaptivePolyphaseDownsample", norm)
+        self.norm = norm
+        self.image_size = image_size
+
+    def forward(self, x: torch.Tensor) -> Canonicalized:
+        """Downsample images ``(B, C, H, W)`` to ``(B, C, H/s, W/s)``.
+
+        Returns
+        -------
+        Canonicalized
+            ``output`` ``(B, C, H/s, W/s)``; ``frame`` long ``(B, 2)`` phase; ``margin`` ``(B,)``.
+        """
+        module = "AdaptivePolyphaseDownsample"
+        height, width = _spatial_shape(module, x, None)
+        _check_divisible(module, (height, width), self.stride)
+        s = self.stride
+        scores = polyphase_norms(x, s, self.norm)  # type: ignore[arg-type]
+        index, margin = argmax_with_margin(scores)
+        b, c = x.shape[0], x.shape[1]
+        shift_y = torch.div(index, s, rounding_mode="floor")
+        shift_x = index - shift_y * s
+        rows = torch.arange(0, height, s, device=x.device)[None, :] + shift_y[:, None]
+        cols = torch.arange(0, width, s, device=x.device)[None, :] + shift_x[:, None]
+        source = (rows[:, :, None] * width + cols[:, None, :]).reshape(b, 1, -1)
+        flat = x.reshape(b, c, height * width)
+        output = torch.gather(flat, 2, source.expand(b, c, source.shape[2]))
+        output = output.reshape(b, c, height // s, width // s)
+        return Canonicalized(output, torch.stack([shift_y, shift_x], dim=1), margin)
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """See the class docstring."""
+        shape = self.image_size or (
+            (group.height * group.stride, group.width * group.stride)
+            if isinstance(group, TorusTranslations) else (0, 0)
+        )
+        acting = _torus_stride(group, shape)
+        if acting is None:
+            return _not_translations("AdaptivePolyphaseDownsample", group, shape, GridField())
+        s = self.stride
+        if acting % s == 0:
+            return Contract.equivariant(
+                GridField(), GridField(), TorusTranslations(shape[0] // acting, shape[1] // acting, stride=acting // s)
+            )
+        if acting != 1:
+            return Contract.unknown(
+                f"AdaptivePolyphaseDownsample: stride {s} does not divide the acting stride {acting}", GridField()
+            )
+        return Contract.canonicalizing(GridField(), GridField(), TorusTranslations(shape[0] // s, shape[1] // s))
+
+    def extra_repr(self) -> str:
+        return f"stride={self.stride}, norm={self.norm!r}"
+
+
+class AdaptivePolyphaseUpsample(nn.Module):
+    """APS-U: put coarse values back on the phase the paired down-sampler chose.
+
+    ``out[b, :, py::s, px::s] = x[b]`` and zeros elsewhere, for the frame ``(py, px)``
+    returned by :class:`AdaptivePolyphaseDownsample`. ``forward(x, frame)``.
+
+    Contract: *frame-restoring* — with output group ``TorusTranslations(h·s, w·s)`` for
+    input translations ``TorusTranslations(h, w)``: up(down(x)) moves exactly with ``x``.
+
+    Parameters
+    ----------
+    stride
+        ``s ≥ 1``.
+    """
+
+    def __init__(self, stride: int) -> None:
+        super().__init__()
+        self.stride = _check_stride("AdaptivePolyphaseUpsample", stride)
+
+    def forward(self, x: torch.Tensor, frame: torch.Tensor) -> torch.Tensor:
+        """Upsample ``(B, C, h, w)`` to ``(B, C, h·s, w·s)`` on the phases ``frame`` (long ``(B, 2)``)."""
+        module = "AdaptivePolyphaseUpsample"
+        height, width = _spatial_shape(module, x, None)
+        _check_frame(module, frame, x.shape[0])
+        s = self.stride
+        b, c = x.shape[0], x.shape[1]
+        out = x.new_zeros(b, c, height, s, width, s)
+        batch = torch.arange(b, device=x.device)
+        out[batch, :, :, frame[:, 0], :, frame[:, 1]] = x
+        return out.reshape(b, c, height * s, width * s)
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """See the class docstring."""
+        if not (isinstance(group, TorusTranslations) and group.stride == 1):
+            return Contract.unknown(
+                f"AdaptivePolyphaseUpsample: promises nothing for {group.name}; expected coarse torus translations",
+                GridField(),
+            )
+        assert isinstance(group, TorusTranslations)
+        s = self.stride
+        return Contract.frame_restoring(
+            GridField(), GridField(), TorusTranslations(group.height * s, group.width * s)
+        )
+
+    def extra_repr(self) -> str:
+        return f"stride={self.stride}"

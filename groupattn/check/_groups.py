@@ -1,0 +1,48 @@
+"""Group names used by the checker's command line and the model registry."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..groups import CyclicGroup, DihedralGroup, Group, GroupError, TorusTranslations, p4, p4m
+
+__all__ = ["GROUP_NAMES", "group_from_name"]
+
+#: The names :func:`group_from_name` accepts.
+GROUP_NAMES: tuple[str, ...] = ("translations", "c4", "d4", "p4", "p4m")
+
+
+def group_from_name(name: str, input_shape: Sequence[int]) -> Group:
+    """The concrete group called ``name`` for inputs of shape ``input_shape``.
+
+    Parameters
+    ----------
+    name
+        ``"translations"`` (``TorusTranslations(H, W)``), ``"c4"``, ``"d4"`` (rotations
+        and reflections about the image centre), ``"p4"`` or ``"p4m"`` (on an
+        ``H × H`` torus).
+    input_shape
+        ``(B, C, H, W)`` or ``(C, H, W)``; only the last two entries are used.
+
+    Raises
+    ------
+    GroupError
+        For an unknown name, a shape without two spatial sizes, or a non-square grid
+        with a rotation group.
+    """
+    key = name.lower().strip()
+    if key not in GROUP_NAMES:
+        raise GroupError(f"group_from_name: expected one of {', '.join(GROUP_NAMES)}, got {name!r}")
+    shape = tuple(int(s) for s in input_shape)
+    if len(shape) < 2:
+        raise GroupError(f"group_from_name: expected an input shape ending in (H, W), got {shape}")
+    height, width = shape[-2], shape[-1]
+    if key == "translations":
+        return TorusTranslations(height, width)
+    if key in ("p4", "p4m", "c4", "d4") and height != width:
+        raise GroupError(f"group_from_name: expected a square grid for {key}, got {height}x{width}")
+    if key == "c4":
+        return CyclicGroup(4)
+    if key == "d4":
+        return DihedralGroup(4)
+    return p4(height) if key == "p4" else p4m(height)

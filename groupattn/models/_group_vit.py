@@ -1,0 +1,119 @@
+"""C4/D4-equivariant Vision Transformer (Fu et al., 2026) and the plain ViT baseline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..attention import resolve_point_group
+from ..contracts import Contract, Kind
+from ..groups import Group, GroupError, PointGroup
+from ..nn import (
+    AbsolutePositionEmbedding,
+    GroupBlock,
+    GroupGlobalPool,
+    GroupLayerNorm,
+    LiftedPatchEmbedding,
+    chain_contract,
+)
+from ._registry import register_model
+
+__all__ = ["GroupViT"]
+
+
+class GroupViT(nn.Module):
+    """A vanilla group-equivariant ViT for C4 or D4.
+
+    ``LiftedPatchEmbedding`` (kernels rotated by every ``h``) → group attention blocks
+    with invariant orbital positional tables → ``GroupLayerNorm`` (over channels and
+    group axis) → group and spatial pooling → ``Linear``. Rotations and reflections
+    about the image centre map the patch grid onto itself (the patch size divides the
+    side), so the logits are exactly invariant to C4 (D4) and to circular translations
+    by multiples of the patch size. The baseline (``equivariant=False``) is the plain
+    ViT: trivial point group (ordinary patch embedding) plus a learned absolute position
+    embedding.
+
+    Contract: *invariant* under ``H`` and ``TorusTranslations(g, g, stride=patch)``;
+    *breaks* under other translations (strided patch grid); baseline: *breaks* under
+    rotations ("plain ViT baseline: absolute positional encoding is not
+    rotation-invariant").
+
+    Parameters
+    ----------
+    equivariant
+        Equivariant model or plain ViT baseline.
+    point_group
+        ``"C4"`` or ``"D4"`` (any point group acting on the grid).
+    in_channels, num_classes, image_size, patch_size
+        Input channels, classes, side and patch size.
+    dim, depth, num_heads
+        Token width, blocks and heads.
+    encoding
+        ``"table"`` (one learned value per orbital) or ``"continuous"``.
+
+    Shapes: ``(B, in_channels, S, S) → (B, num_classes)``.
+    """
+
+    def __init__(
+        self,
+        equivariant: bool = True,
+        point_group: PointGroup | str = "C4",
+        in_channels: int = 1,
+        num_classes: int = 10,
+        image_size: int = 32,
+        patch_size: int = 4,
+        dim: int = 16,
+        depth: int = 2,
+        num_heads: int = 2,
+        encoding: str = "table",
+    ) -> None:
+        super().__init__()
+        if image_size % patch_size:
+            raise GroupError(
+                f"GroupViT: expected an image size divisible by the patch size {patch_size}, got {image_size}"
+            )
+        self.equivariant = equivariant
+        self.point_group = resolve_point_group(point_group, "GroupViT") if equivariant else resolve_point_group("C1")
+        pg = self.point_group
+        grid = image_size // patch_size
+        self.embed = LiftedPatchEmbedding(in_channels, dim, patch_size, pg)
+        self.position: nn.Module = nn.Identity() if equivariant else AbsolutePositionEmbedding(dim, pg, grid)
+        self.blocks = nn.Sequential(
+            *[GroupBlock(dim, pg, num_heads=num_heads, encoding=encoding, size=grid) for _ in range(depth)]
+        )
+        self.norm = GroupLayerNorm(dim, pg)
+        self.pool = GroupGlobalPool(pg, "mean")
+        self.head = nn.Linear(dim, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.pool(self.norm(self.blocks(self.position(self.embed(x))))))
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """See the class docstring."""
+        parts = [
+            ("embed", self.embed),
+            ("position", self.position),
+            ("blocks", self.blocks),
+            ("norm", self.norm),
+            ("pool", self.pool),
+        ]
+        contract = chain_contract(parts, group, input_type)
+        if contract.kind == Kind.BREAKS and not self.equivariant:
+            return Contract.breaks(
+                f"plain ViT baseline: absolute positional encoding is not rotation-invariant ({contract.reason})",
+                contract.input_type,
+                contract.output_type,
+            )
+        return contract
+
+
+@register_model(
+    "group_vit",
+    group="c4",
+    input_shape=(1, 32, 32),
+    description="C4/D4-equivariant ViT: lifted patch embedding, group attention, group norm, pooling",
+)
+def _group_vit(equivariant: bool = True, **kwargs: Any) -> GroupViT:
+    return GroupViT(equivariant=equivariant, **kwargs)

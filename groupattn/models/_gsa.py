@@ -1,0 +1,112 @@
+"""GSA-Net (Romero & Cordonnier, 2021): lifting and group self-attention, invariant head."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..actions import GridField, InvariantField
+from ..attention import LiftingSelfAttention, resolve_point_group
+from ..contracts import Contract, Kind
+from ..groups import Group, PointGroup
+from ..nn import GroupBlock, GroupGlobalPool, GroupLayerNorm, chain_contract
+from ._registry import register_model
+
+__all__ = ["GSANet"]
+
+
+class GSANet(nn.Module):
+    """Group equivariant stand-alone self-attention network for p4 (C4) or p4m (D4).
+
+    ``LiftingSelfAttention → GroupBlock × depth → GroupLayerNorm → GroupGlobalPool →
+    Linear``: every layer works at full resolution on the torus, so the logits are
+    exactly invariant to circular translations and to the point group (p4 / p4m as a
+    whole). The baseline (``equivariant=False``) is GSA-Nets' z2 model: the same layers
+    with the trivial point group C1 (no group axis), equivariant to translations only.
+
+    Contract: *invariant* (``GridField → InvariantField``) under torus translations,
+    ``H`` and ``T ⋊ H``; baseline: invariant under translations, *breaks* under
+    rotations ("z2 baseline: positional encoding is not rotation-invariant").
+
+    Parameters
+    ----------
+    equivariant
+        Equivariant model or z2 baseline.
+    point_group
+        ``"C4"`` (p4) or ``"D4"`` (p4m), or any point group acting on the grid.
+    in_channels, num_classes
+        Input channels and classes.
+    channels, depth, num_heads, head_channels
+        Width, number of group blocks, heads and per-head width.
+    neighbourhood
+        Window side of the local attention (``None``: global attention).
+    encoding
+        ``"continuous"`` (GSA-style MLP) or ``"table"`` (orbital table; needs
+        ``image_size`` for global attention).
+    query_position
+        Use the query-dependent content × position term.
+    image_size
+        Input side (for global orbital tables).
+
+    Shapes: ``(B, in_channels, S, S) → (B, num_classes)``.
+    """
+
+    def __init__(
+        self,
+        equivariant: bool = True,
+        point_group: PointGroup | str = "C4",
+        in_channels: int = 1,
+        num_classes: int = 10,
+        channels: int = 8,
+        depth: int = 1,
+        num_heads: int = 2,
+        head_channels: int | None = None,
+        neighbourhood: int | None = 3,
+        encoding: str = "continuous",
+        query_position: bool = True,
+        image_size: int = 32,
+    ) -> None:
+        super().__init__()
+        self.equivariant = equivariant
+        self.point_group = resolve_point_group(point_group, "GSANet") if equivariant else resolve_point_group("C1")
+        pg = self.point_group
+        common: dict[str, Any] = dict(
+            num_heads=num_heads,
+            head_channels=head_channels,
+            neighbourhood=neighbourhood,
+            encoding=encoding,
+            size=image_size,
+            query_position=query_position,
+        )
+        self.lift = LiftingSelfAttention(in_channels, channels, pg, **common)
+        self.blocks = nn.Sequential(*[GroupBlock(channels, pg, **common) for _ in range(depth)])
+        self.norm = GroupLayerNorm(channels, pg)
+        self.pool = GroupGlobalPool(pg, "max")
+        self.head = nn.Linear(channels, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.pool(self.norm(self.blocks(self.lift(x)))))
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """See the class docstring."""
+        parts = [("lift", self.lift), ("blocks", self.blocks), ("norm", self.norm), ("pool", self.pool)]
+        contract = chain_contract(parts, group, input_type)
+        if contract.kind == Kind.BREAKS and not self.equivariant:
+            return Contract.breaks(
+                f"z2 baseline: positional encoding is not rotation-invariant ({contract.reason})",
+                GridField(),
+                InvariantField(),
+            )
+        return contract
+
+
+@register_model(
+    "gsa",
+    group="p4",
+    input_shape=(1, 32, 32),
+    description="GSA-Net: lifting + group self-attention (p4 / p4m via point_group), z2 baseline",
+)
+def _gsa(equivariant: bool = True, **kwargs: Any) -> GSANet:
+    return GSANet(equivariant=equivariant, **kwargs)

@@ -1,0 +1,106 @@
+"""Shift-equivariant Twins-SVT: alternating anchored local-window and global sub-sampled attention."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from ..attention import MeanPooling, SpatialReductionAttention, WindowAttention
+from ..nn import PatchEmbedding, PatchMerging, TransformerBlock
+from ..positional import ConvPositionalEncoding
+from ._registry import register_model
+from ._shift_common import ShiftTransformer, as_pair, per_stage
+
+__all__ = ["ShiftTwins"]
+
+
+class ShiftTwins(ShiftTransformer):
+    """Twins-SVT; with ``equivariant=True`` exactly shift-invariant.
+
+    Each stage alternates locally-grouped (window) attention and global sub-sampled
+    (spatial-reduction) attention blocks; a convolutional positional encoding (PEG)
+    follows the first block of each stage; stages are joined by patch merging.
+    Equivariant: anchored patch embedding, window attention, reduction and merging, and
+    circular padding in the PEG. Baseline: no anchoring and zero padding (same
+    parameters).
+
+    Contract: equivariant — *invariant* under ``TorusTranslations(H, W)``; baseline —
+    *breaks*, naming the patch embedding.
+
+    Parameters
+    ----------
+    equivariant
+        Which variant to build.
+    in_channels, num_classes, image_size
+        Input channels, classes and image size.
+    patch
+        Patch size of the embedding.
+    dims, depths, heads, window, reduction
+        Per stage (scalars apply to every stage of ``len(depths)``): widths, blocks,
+        heads, local window size and spatial-reduction ratio.
+    mlp_ratio
+        MLP width ratio.
+
+    Shapes: ``(B, in_channels, H, W) → (B, num_classes)``.
+    """
+
+    def __init__(
+        self,
+        equivariant: bool = True,
+        in_channels: int = 1,
+        num_classes: int = 10,
+        image_size: int | tuple[int, int] = 32,
+        patch: int = 2,
+        dims: int | tuple[int, ...] = (16, 32),
+        depths: tuple[int, ...] = (2, 2),
+        heads: int | tuple[int, ...] = (1, 2),
+        window: int | tuple[int, ...] = 4,
+        reduction: int | tuple[int, ...] = (4, 2),
+        mlp_ratio: float = 2.0,
+    ) -> None:
+        super().__init__()
+        self.equivariant = equivariant
+        stages = len(depths)
+        dims_ = per_stage("ShiftTwins", "dims", dims, stages)
+        heads_ = per_stage("ShiftTwins", "heads", heads, stages)
+        windows = per_stage("ShiftTwins", "window", window, stages)
+        reductions = per_stage("ShiftTwins", "reduction", reduction, stages)
+        size = as_pair("ShiftTwins", image_size)
+        self.patch_embed = PatchEmbedding(in_channels, dims_[0], patch, size, anchored=equivariant)
+        grid = self.patch_embed.grid
+        padding = "circular" if equivariant else "zeros"
+        layers: list[nn.Module] = []
+        for stage in range(stages):
+            dim = dims_[stage]
+            if stage:
+                merge = PatchMerging(dims_[stage - 1], dim, grid, anchored=equivariant)
+                layers.append(merge)
+                grid = merge.out_grid
+            for block in range(depths[stage]):
+                attention: nn.Module
+                if block % 2 == 0:
+                    attention = WindowAttention(
+                        dim, heads_[stage], grid, windows[stage], anchored=equivariant, pre_norm=True
+                    )
+                else:
+                    attention = SpatialReductionAttention(
+                        dim, heads_[stage], grid, reductions[stage], anchored=equivariant, pre_norm=True
+                    )
+                layers.append(TransformerBlock(dim, attention, mlp_ratio))
+                if block == 0:
+                    layers.append(ConvPositionalEncoding(dim, grid, padding_mode=padding))  # type: ignore[arg-type]
+        self.stages = nn.Sequential(*layers)
+        self.norm = nn.LayerNorm(dims_[-1])
+        self.pool = MeanPooling(grid)
+        self.head = nn.Linear(dims_[-1], num_classes)
+
+
+@register_model(
+    "twins",
+    group="translations",
+    input_shape=(1, 32, 32),
+    description="Twins-SVT with anchored local-window and global sub-sampled attention",
+)
+def _twins(equivariant: bool = True, **kwargs: Any) -> ShiftTwins:
+    return ShiftTwins(equivariant=equivariant, **kwargs)

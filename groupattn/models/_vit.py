@@ -1,0 +1,113 @@
+"""Shift-equivariant Vision Transformer (Ding et al., 2023) and its standard baseline."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from torch import nn
+
+from ..attention import AttentionPooling, GlobalSelfAttention, MeanPooling
+from ..groups import GroupError
+from ..nn import ClassToken, ClassTokenReadout, PatchEmbedding, TransformerBlock
+from ..positional import AbsolutePositionalEncoding, ConvPositionalEncoding
+from ._registry import register_model
+from ._shift_common import ShiftTransformer, as_pair
+
+__all__ = ["ShiftViT"]
+
+
+class ShiftViT(ShiftTransformer):
+    """Vision Transformer; with ``equivariant=True`` exactly invariant to circular shifts.
+
+    Equivariant: polyphase-anchored patch embedding, a convolutional positional
+    encoding with circular padding, global attention with a circulant relative bias
+    (depends on ``(j − i) mod (h, w)`` only), and an invariant head (mean pooling,
+    learned-query attention pooling, or a class token). Baseline (``equivariant=False``,
+    same layers and nearly the same parameter count): plain strided patch embedding,
+    zero padding (or ``positional="absolute"``) and Swin's clipped relative bias.
+
+    Contract: equivariant — *invariant* under ``TorusTranslations(H, W)``; baseline —
+    *breaks*, naming the first offending part (the patch embedding).
+
+    Parameters
+    ----------
+    equivariant
+        Which variant to build.
+    in_channels, num_classes, image_size
+        Input channels, classes and image size ``H`` (or ``(H, W)``).
+    patch
+        Patch size.
+    dim, depth, heads, mlp_ratio
+        Token width, number of blocks, heads, MLP width ratio.
+    pool
+        ``"mean"``, ``"attention"`` (learned query) or ``"cls"`` (class token).
+    positional
+        ``"conv"`` (circular for the equivariant model, zero-padded for the baseline),
+        ``"absolute"`` (learned per position; breaks) or ``"none"``.
+    bias
+        Relative bias of the attention: ``"circulant"`` / ``"clipped"`` / ``None``;
+        defaults to circulant (equivariant) or clipped (baseline).
+
+    Shapes: ``(B, in_channels, H, W) → (B, num_classes)``.
+    """
+
+    def __init__(
+        self,
+        equivariant: bool = True,
+        in_channels: int = 1,
+        num_classes: int = 10,
+        image_size: int | tuple[int, int] = 32,
+        patch: int = 4,
+        dim: int = 32,
+        depth: int = 2,
+        heads: int = 2,
+        mlp_ratio: float = 2.0,
+        pool: Literal["mean", "attention", "cls"] = "mean",
+        positional: Literal["conv", "absolute", "none"] = "conv",
+        bias: Literal["circulant", "clipped", "default"] | None = "default",
+    ) -> None:
+        super().__init__()
+        self.equivariant = equivariant
+        size = as_pair("ShiftViT", image_size)
+        self.patch_embed = PatchEmbedding(in_channels, dim, patch, size, anchored=equivariant)
+        grid = self.patch_embed.grid
+        if pool not in ("mean", "attention", "cls"):
+            raise GroupError(f"ShiftViT: expected pool 'mean', 'attention' or 'cls', got {pool!r}")
+        prefix = 1 if pool == "cls" else 0
+        self.class_token: nn.Module = ClassToken(dim, grid) if pool == "cls" else nn.Identity()
+        if positional == "conv":
+            padding: Literal["circular", "zeros"] = "circular" if equivariant else "zeros"
+            self.positional: nn.Module = ConvPositionalEncoding(dim, grid, padding_mode=padding, prefix=prefix)
+        elif positional == "absolute":
+            self.positional = AbsolutePositionalEncoding(dim, grid, prefix=prefix)
+        elif positional == "none":
+            self.positional = nn.Identity()
+        else:
+            raise GroupError(f"ShiftViT: expected positional 'conv', 'absolute' or 'none', got {positional!r}")
+        if bias == "default":
+            bias = "circulant" if equivariant else "clipped"
+        self.blocks = nn.Sequential(
+            *[
+                TransformerBlock(dim, GlobalSelfAttention(dim, heads, grid, bias=bias, prefix=prefix), mlp_ratio)
+                for _ in range(depth)
+            ]
+        )
+        self.norm = nn.LayerNorm(dim)
+        self.pool: nn.Module
+        if pool == "mean":
+            self.pool = MeanPooling(grid)
+        elif pool == "attention":
+            self.pool = AttentionPooling(dim, heads, grid)
+        else:
+            self.pool = ClassTokenReadout(grid)
+        self.head = nn.Linear(dim, num_classes)
+
+
+@register_model(
+    "vit",
+    group="translations",
+    input_shape=(1, 32, 32),
+    description="ViT with anchored patch embedding, circular conv PE and circulant relative bias",
+)
+def _vit(equivariant: bool = True, **kwargs: Any) -> ShiftViT:
+    return ShiftViT(equivariant=equivariant, **kwargs)

@@ -1,0 +1,114 @@
+"""Pre-norm transformer blocks and the contract of a chain of modules."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..actions import FieldType
+from ..contracts import Contract, Kind, contract_of
+from ..groups import Group
+from ._mlp import MLP
+
+__all__ = ["TransformerBlock", "chain_contract"]
+
+_POINTWISE = (nn.LayerNorm, nn.Linear, nn.GELU, nn.ReLU, nn.Identity, nn.Dropout)
+
+
+def _flatten(parts: Sequence[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:
+    out: list[tuple[str, nn.Module]] = []
+    for name, module in parts:
+        if isinstance(module, nn.Sequential):
+            out += _flatten([(f"{name}.{child}", m) for child, m in module.named_children()])
+        else:
+            out.append((name, module))
+    return out
+
+
+def chain_contract(
+    parts: Sequence[tuple[str, nn.Module]], group: Group, input_type: FieldType | None = None
+) -> Contract:
+    """The contract of ``parts`` applied one after the other (``nn.Sequential`` are unrolled).
+
+    Walks the parts in order, passing each the group acting on its input (a part's
+    ``output_group`` becomes the next part's group). Returns *breaks* naming the first
+    offending part (``"name: reason"``), *invariant* as soon as a part is invariant,
+    *canonicalizing* if a canonicalizing part is not followed by an invariant one, and
+    *equivariant* otherwise. Token-wise torch modules (``LayerNorm``, ``Linear``,
+    activations, ``Identity``, ``Dropout``) count as equivariant.
+
+    Parameters
+    ----------
+    parts
+        ``(name, module)`` in forward order.
+    group
+        The group acting on the input of the first part.
+    input_type
+        The chain's input type (the first part's declared type by default).
+    """
+    current, kind = group, Kind.EQUIVARIANT
+    first_type, out_type = input_type, input_type
+    for name, module in _flatten(parts):
+        if isinstance(module, _POINTWISE) and not hasattr(module, "contract"):
+            continue
+        if not hasattr(module, "contract"):
+            return Contract.unknown(f"{name}: {type(module).__name__} declares no contract", first_type)
+        contract = contract_of(module, current)
+        if first_type is None:
+            first_type = contract.input_type  # type: ignore[assignment]
+        if contract.kind == Kind.BREAKS:
+            return Contract.breaks(f"{name}: {contract.reason}", first_type, contract.output_type)
+        if contract.kind in (Kind.UNKNOWN, Kind.FRAME_RESTORING):
+            return Contract.unknown(f"{name}: {contract.reason or contract.kind.value}", first_type)
+        if contract.kind == Kind.INVARIANT:
+            return Contract.invariant(first_type, contract.output_type)
+        if contract.kind == Kind.CANONICALIZING:
+            kind = Kind.CANONICALIZING
+        out_type = contract.output_type or out_type
+        current = contract.output_group or current
+    output_group = None if current == group else current
+    return Contract(kind, first_type, out_type, None, output_group)
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm transformer block: ``x + attention(norm(x))``, then ``x + mlp(norm(x))``.
+
+    The attention layer restores its own frame (anchored window attention un-anchors
+    before returning), so both residual additions combine tensors in the same frame.
+    Contract: the attention layer's (equivariant, or breaks with its reason); norms and
+    the MLP are token-wise. If the attention layer has ``pre_norm=True`` it normalises
+    its own input and the block's first norm is the identity.
+
+    Parameters
+    ----------
+    dim
+        Token width.
+    attention
+        The token-mixing layer, ``(B, N, dim) → (B, N, dim)``, declaring a contract.
+    mlp_ratio
+        Hidden width of the MLP relative to ``dim``.
+
+    Shapes: ``(B, N, dim) → (B, N, dim)``.
+    """
+
+    def __init__(self, dim: int, attention: nn.Module, mlp_ratio: float = 2.0) -> None:
+        super().__init__()
+        grid = getattr(attention, "grid", (1, 1))
+        prefix = getattr(attention, "prefix", 0)
+        # Attention layers with their own pre-norm (anchored layers normalise after anchoring).
+        self.norm1: nn.Module = nn.Identity() if getattr(attention, "pre_norm", False) else nn.LayerNorm(dim)
+        self.attention = attention
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = MLP(dim, int(dim * mlp_ratio), grid=grid, prefix=prefix)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Two residual sub-blocks."""
+        x = x + self.attention(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """The attention layer's contract, through the residual connections."""
+        return chain_contract([("attention", self.attention), ("mlp", self.mlp)], group, input_type)

@@ -1,0 +1,309 @@
+"""Building blocks on lifted fields ``(B, C, |H|, H, W)``: pooling, normalisation, MLP, blocks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..actions import FieldType, GridField, InvariantField, LiftedField, embed_point_element, point_group_of
+from ..attention._group_attention import GroupSelfAttention, resolve_point_group
+from ..contracts import Contract
+from ..groups import Group, GroupError, PointGroup, RotoTranslationGroup, TorusTranslations
+
+__all__ = [
+    "GroupBlock",
+    "GroupGlobalPool",
+    "GroupLayerNorm",
+    "GroupMLP",
+    "GroupPooling",
+    "LiftedAvgPool",
+]
+
+
+def _check_lifted(module: str, x: torch.Tensor, point_group: PointGroup, channels: int | None = None) -> None:
+    g = point_group.order()
+    if x.dim() != 5 or x.shape[2] != g or (channels is not None and x.shape[1] != channels):
+        c = "C" if channels is None else f"C={channels}"
+        raise GroupError(
+            f"{module}: expected a lifted field (B, {c}, |{point_group.name}|={g}, H, W), got shape {tuple(x.shape)}"
+        )
+
+
+def _pointwise_contract(
+    module: str, point_group: PointGroup, group: Group, in_t: FieldType, out_t: FieldType, invariant: bool = False
+) -> Contract:
+    """Contract of a module acting per position and permutation-equivariantly on the group axis."""
+    try:
+        acting = point_group_of(group)
+        if acting is not None:
+            for gen in acting.generators():
+                embed_point_element(gen, point_group, module)
+    except GroupError as err:
+        return Contract.unknown(f"{module}: {err}", in_t)
+    if invariant:
+        return Contract.invariant(in_t, out_t)
+    return Contract.equivariant(in_t, out_t)
+
+
+class GroupPooling(nn.Module):
+    """Pool over the group axis: ``(B, C, |H|, H, W) → (B, C, H, W)`` (max or mean).
+
+    Contract: equivariant ``LiftedField(H) → GridField`` (the group axis is permuted,
+    pooling forgets the permutation).
+
+    Parameters
+    ----------
+    point_group
+        ``H`` (instance or name).
+    mode
+        ``"max"`` or ``"mean"``.
+    """
+
+    def __init__(self, point_group: PointGroup | str, mode: str = "max") -> None:
+        super().__init__()
+        self.point_group = resolve_point_group(point_group, "GroupPooling")
+        if mode not in ("max", "mean"):
+            raise GroupError(f"GroupPooling: expected mode 'max' or 'mean', got {mode!r}")
+        self.mode = mode
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_lifted("GroupPooling", x, self.point_group)
+        return x.amax(dim=2) if self.mode == "max" else x.mean(dim=2)
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """Equivariant ``LiftedField(H) → GridField``."""
+        return _pointwise_contract("GroupPooling", self.point_group, group, LiftedField(self.point_group), GridField())
+
+    def extra_repr(self) -> str:
+        return f"{self.point_group.name}, mode={self.mode}"
+
+
+class GroupGlobalPool(nn.Module):
+    """Pool over the group axis and space: ``(B, C, |H|, H, W) → (B, C)``.
+
+    Contract: invariant (every element permutes the pooled positions).
+
+    Parameters
+    ----------
+    point_group
+        ``H`` (instance or name).
+    mode
+        ``"max"`` or ``"mean"`` over the group axis (space is always averaged).
+    """
+
+    def __init__(self, point_group: PointGroup | str, mode: str = "max") -> None:
+        super().__init__()
+        self.pool = GroupPooling(point_group, mode)
+        self.point_group = self.pool.point_group
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(x).mean(dim=(-2, -1))
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """Invariant ``LiftedField(H) → InvariantField``."""
+        return _pointwise_contract(
+            "GroupGlobalPool", self.point_group, group, LiftedField(self.point_group), InvariantField(), invariant=True
+        )
+
+
+class GroupLayerNorm(nn.Module):
+    """Layer normalisation over channels and the group axis, per position.
+
+    Statistics are taken over ``(C, |H|)`` at each pixel, so permuting the group axis
+    or moving pixels leaves them unchanged; the affine scale and shift are per channel,
+    shared across the group axis.
+
+    Contract: equivariant ``LiftedField(H) → LiftedField(H)``.
+
+    Parameters
+    ----------
+    channels
+        ``C``.
+    point_group
+        ``H`` (instance or name).
+    eps
+        Added to the variance.
+    """
+
+    def __init__(self, channels: int, point_group: PointGroup | str, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.point_group = resolve_point_group(point_group, "GroupLayerNorm")
+        self.channels = channels
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(channels))
+        self.bias = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_lifted("GroupLayerNorm", x, self.point_group, self.channels)
+        mean = x.mean(dim=(1, 2), keepdim=True)
+        var = x.var(dim=(1, 2), keepdim=True, unbiased=False)
+        y = (x - mean) * torch.rsqrt(var + self.eps)
+        return y * self.weight[:, None, None, None] + self.bias[:, None, None, None]
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """Equivariant ``LiftedField(H) → LiftedField(H)``."""
+        t = LiftedField(self.point_group)
+        return _pointwise_contract("GroupLayerNorm", self.point_group, group, t, t)
+
+    def extra_repr(self) -> str:
+        return f"{self.channels}, {self.point_group.name}"
+
+
+class GroupMLP(nn.Module):
+    """Pointwise MLP on channels, shared across positions and the group axis.
+
+    ``Linear(C, hidden) → GELU → Linear(hidden, C_out)`` applied to every
+    ``(h, x)`` token of ``(B, C, |H|, H, W)``.
+
+    Contract: equivariant ``LiftedField(H) → LiftedField(H)``.
+
+    Parameters
+    ----------
+    channels
+        ``C``.
+    hidden
+        Hidden width.
+    point_group
+        ``H`` (instance or name).
+    out_channels
+        Output width (``C`` by default).
+    """
+
+    def __init__(
+        self, channels: int, hidden: int, point_group: PointGroup | str, out_channels: int | None = None
+    ) -> None:
+        super().__init__()
+        self.point_group = resolve_point_group(point_group, "GroupMLP")
+        self.channels = channels
+        self.fc1 = nn.Linear(channels, hidden)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden, out_channels or channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_lifted("GroupMLP", x, self.point_group, self.channels)
+        y = self.fc2(self.act(self.fc1(x.movedim(1, -1))))
+        return y.movedim(-1, 1)
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """Equivariant ``LiftedField(H) → LiftedField(H)``."""
+        t = LiftedField(self.point_group)
+        return _pointwise_contract("GroupMLP", self.point_group, group, t, t)
+
+
+class GroupBlock(nn.Module):
+    """A pre-norm transformer block on lifted fields.
+
+    ``x + GroupSelfAttention(GroupLayerNorm(x))`` then ``x + GroupMLP(GroupLayerNorm(x))``.
+
+    Contract: equivariant ``LiftedField(H) → LiftedField(H)`` wherever its attention is
+    (torus translations, ``H``, ``T ⋊ H``); otherwise that of the attention.
+
+    Parameters
+    ----------
+    channels
+        ``C`` (in and out).
+    point_group
+        ``H`` (instance or name).
+    num_heads, head_channels, neighbourhood, encoding, size, query_position
+        Passed to :class:`~groupattn.attention.GroupSelfAttention`.
+    mlp_ratio
+        Hidden width of the MLP relative to ``C``.
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        point_group: PointGroup | str,
+        num_heads: int = 1,
+        head_channels: int | None = None,
+        neighbourhood: int | None = None,
+        encoding: str = "continuous",
+        size: int | tuple[int, int] | None = None,
+        query_position: bool = False,
+        mlp_ratio: float = 2.0,
+    ) -> None:
+        super().__init__()
+        self.point_group = resolve_point_group(point_group, "GroupBlock")
+        self.norm1 = GroupLayerNorm(channels, self.point_group)
+        self.attention = GroupSelfAttention(
+            channels,
+            channels,
+            self.point_group,
+            num_heads=num_heads,
+            head_channels=head_channels,
+            neighbourhood=neighbourhood,
+            encoding=encoding,
+            size=size,
+            query_position=query_position,
+        )
+        self.norm2 = GroupLayerNorm(channels, self.point_group)
+        self.mlp = GroupMLP(channels, max(1, int(channels * mlp_ratio)), self.point_group)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """That of the attention (norms and MLP are equivariant wherever it is)."""
+        return self.attention.contract(group, input_type)
+
+
+class LiftedAvgPool(nn.Module):
+    """Strided average pooling of lifted fields: ``(B, C, |H|, H, W) → (B, C, |H|, H/s, W/s)``.
+
+    With ``s`` dividing the (square) grid side, the ``s × s`` cells are mapped onto each
+    other by the rotations and reflections about the centre, so the layer is exactly
+    equivariant to ``H``; it is equivariant to translations by multiples of ``s`` only
+    (``TorusTranslations(h, w, stride=s)`` of the input onto ``TorusTranslations(h, w)``
+    of the output). For full translation equivariance anchor first
+    (``groupattn.canonical``) or keep the resolution.
+
+    Contract: equivariant under ``H``'s subgroups and strided translations; *breaks*
+    under translations by other amounts and under ``T ⋊ H``.
+
+    Parameters
+    ----------
+    point_group
+        ``H`` (instance or name).
+    stride
+        ``s``.
+    """
+
+    def __init__(self, point_group: PointGroup | str, stride: int = 2) -> None:
+        super().__init__()
+        self.point_group = resolve_point_group(point_group, "LiftedAvgPool")
+        if stride < 1:
+            raise GroupError(f"LiftedAvgPool: expected a stride >= 1, got {stride}")
+        self.stride = stride
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_lifted("LiftedAvgPool", x, self.point_group)
+        b, c, g, h, w = x.shape
+        s = self.stride
+        if h % s or w % s:
+            raise GroupError(f"LiftedAvgPool: expected a grid divisible by stride {s}, got {h}x{w}")
+        return x.reshape(b, c, g, h // s, s, w // s, s).mean(dim=(4, 6))
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """See the class docstring."""
+        t = LiftedField(self.point_group)
+        s = self.stride
+        if isinstance(group, TorusTranslations):
+            if group.stride % s == 0:
+                out = TorusTranslations(group.height, group.width, stride=group.stride // s)
+                return Contract.equivariant(t, t, output_group=out)
+            return Contract.breaks(
+                f"LiftedAvgPool: stride {s} pooling is equivariant only to translations by multiples of {s}, "
+                f"got {group.name}",
+                t,
+                t,
+            )
+        if isinstance(group, RotoTranslationGroup) and s > 1:
+            return Contract.breaks(
+                f"LiftedAvgPool: stride {s} pooling is not equivariant to all translations of {group.name}",
+                t,
+                t,
+            )
+        return _pointwise_contract("LiftedAvgPool", self.point_group, group, t, t)

@@ -1,0 +1,161 @@
+"""Lifting patch embedding (C4/D4-equivariant) and an absolute position embedding for baselines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import nn
+
+from ..actions import GridField, LiftedField, SpatialElement, embed_point_element, point_group_of, transform_grid
+from ..attention._group_attention import resolve_point_group
+from ..contracts import Contract
+from ..groups import Group, GroupError, PointGroup, TorusTranslations
+
+__all__ = ["AbsolutePositionEmbedding", "LiftedPatchEmbedding"]
+
+
+class LiftedPatchEmbedding(nn.Module):
+    """Patch embedding that lifts: ``(B, C_in, H, W) → (B, C_out, |H|, H/p, W/p)``.
+
+    Output slice ``h`` is the stride-``p`` convolution with the kernel rotated (and
+    reflected) by ``h``: ``W_h(u) = W(h⁻¹u)``. Rotating the image about its centre by
+    ``g`` (with ``p`` dividing the side, so the patch grid maps onto itself) rotates the
+    patch grid and permutes the slices ``h ↦ g h``: the embedding is exactly
+    equivariant to the point group. The kernels of all slices come from one
+    precomputed index permutation; one convolution computes all of them. With the
+    trivial group ``C1`` this is the ordinary ViT patch embedding.
+
+    Contract: equivariant ``GridField → LiftedField(H)`` under ``H`` and its subgroups,
+    and under translations by multiples of ``p`` (``TorusTranslations(h, w, stride=p)``
+    onto ``TorusTranslations(h, w)``); *breaks* under other translations.
+
+    Parameters
+    ----------
+    in_channels, out_channels
+        Channel widths.
+    patch_size
+        ``p``.
+    point_group
+        ``H`` (instance or name); must act exactly on the grid.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, patch_size: int, point_group: PointGroup | str) -> None:
+        super().__init__()
+        self.point_group = resolve_point_group(point_group, "LiftedPatchEmbedding")
+        if not self.point_group.acts_exactly_on_grid:
+            raise GroupError(
+                f"LiftedPatchEmbedding: expected a point group acting exactly on the grid, got {self.point_group.name}"
+            )
+        if patch_size < 1:
+            raise GroupError(f"LiftedPatchEmbedding: expected a patch size >= 1, got {patch_size}")
+        self.in_channels, self.out_channels, self.patch_size = in_channels, out_channels, patch_size
+        self.weight = nn.Parameter(torch.randn(out_channels, in_channels, patch_size, patch_size) / patch_size)
+        self.bias = nn.Parameter(torch.zeros(out_channels))
+        index = torch.arange(patch_size * patch_size, dtype=torch.float64).reshape(1, 1, patch_size, patch_size)
+        perms = [
+            transform_grid(index, SpatialElement((0, 0), self.point_group, h), "LiftedPatchEmbedding").reshape(-1)
+            for h in self.point_group.elements()
+        ]
+        self.register_buffer("kernel_index", torch.stack(perms).long(), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p = self.patch_size
+        if x.dim() != 4 or x.shape[1] != self.in_channels:
+            raise GroupError(
+                f"LiftedPatchEmbedding: expected an image batch (B, C={self.in_channels}, H, W), got {tuple(x.shape)}"
+            )
+        if x.shape[-1] % p or x.shape[-2] % p:
+            raise GroupError(
+                f"LiftedPatchEmbedding: expected a grid divisible by patch {p}, got {x.shape[-2]}x{x.shape[-1]}"
+            )
+        if x.shape[-1] != x.shape[-2] and self.point_group.order() > 2:
+            raise GroupError(
+                f"LiftedPatchEmbedding: expected a square grid for {self.point_group.name}, "
+                f"got {x.shape[-2]}x{x.shape[-1]}"
+            )
+        flat = self.weight.flatten(-2)  # (O, I, p²)
+        kernels = flat[..., self.kernel_index]  # (O, I, G, p²)
+        kernels = rearrange(kernels, "o i g (u v) -> (g o) i u v", u=p)
+        g = self.point_group.order()
+        out = F.conv2d(x, kernels, self.bias.repeat(g), stride=p)
+        return rearrange(out, "b (g o) y x -> b o g y x", g=g)
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """See the class docstring."""
+        in_t, out_t = GridField(), LiftedField(self.point_group)
+        p = self.patch_size
+        if isinstance(group, TorusTranslations):
+            if group.stride % p == 0:
+                return Contract.equivariant(
+                    in_t, out_t, output_group=TorusTranslations(group.height, group.width, stride=group.stride // p)
+                )
+            return Contract.breaks(
+                f"LiftedPatchEmbedding: the patch grid (patch {p}) does not move with translations by "
+                f"{group.stride} pixel(s); anchor the input first",
+                in_t,
+                out_t,
+            )
+        try:
+            acting = point_group_of(group)
+        except GroupError as err:
+            return Contract.unknown(f"LiftedPatchEmbedding: {err}", in_t)
+        if acting is not None and not isinstance(group, PointGroup) and p > 1:
+            return Contract.breaks(
+                f"LiftedPatchEmbedding: the patch grid (patch {p}) does not move with all translations of "
+                f"{group.name}",
+                in_t,
+                out_t,
+            )
+        if acting is not None:
+            try:
+                for gen in acting.generators():
+                    embed_point_element(gen, self.point_group, "LiftedPatchEmbedding")
+            except GroupError:
+                return Contract.breaks(
+                    f"LiftedPatchEmbedding: kernels are only rotated by {self.point_group.name}, "
+                    f"not {acting.name}-equivariant",
+                    in_t,
+                    out_t,
+                )
+        return Contract.equivariant(in_t, out_t)
+
+
+class AbsolutePositionEmbedding(nn.Module):
+    """A learned absolute position embedding added to a lifted field (baselines only).
+
+    ``x + P`` with ``P`` of shape ``(C, |H|, H, W)``.
+
+    Contract: *breaks* for every group that moves positions ("absolute positional
+    encoding is not invariant").
+
+    Parameters
+    ----------
+    channels
+        ``C``.
+    point_group
+        ``H`` (instance or name).
+    size
+        ``(H, W)`` or one int.
+    """
+
+    def __init__(self, channels: int, point_group: PointGroup | str, size: int | tuple[int, int]) -> None:
+        super().__init__()
+        self.point_group = resolve_point_group(point_group, "AbsolutePositionEmbedding")
+        hw = (size, size) if isinstance(size, int) else tuple(size)
+        self.embedding = nn.Parameter(torch.randn(channels, self.point_group.order(), hw[0], hw[1]) * 0.02)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 5 or x.shape[1:] != self.embedding.shape:
+            raise GroupError(
+                f"AbsolutePositionEmbedding: expected a lifted field (B, {', '.join(map(str, self.embedding.shape))}), "
+                f"got {tuple(x.shape)}"
+            )
+        return x + self.embedding
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """Breaks: absolute positions are not invariant."""
+        t = LiftedField(self.point_group)
+        return Contract.breaks(f"absolute positional encoding is not invariant under {group.name}", t, t)

@@ -1,0 +1,481 @@
+"""Invariant positional encodings for roto-translations T ⋊ H (GSA-Nets style).
+
+Lifting self-attention (X → X × H) and group self-attention (X × H → X × H) are
+equivariant to T ⋊ H exactly when their positional information is a function of the
+*orbital* of the (output, key) pair. For an output token ``(h, x_i)`` and a key pixel
+``x_j`` (lifting) or key token ``(k, x_j)`` (group), the orbital is determined by
+
+* the key offset seen from the output's frame, ``h⁻¹ (x_j − x_i)``, and
+* for group layers, the key's group element seen from the output's frame, ``h⁻¹ k``.
+
+:func:`relative_geometry` enumerates these invariants once per input shape (cached) as a
+small table plus a long index tensor mapping every ``(h, query, key)`` triple to its
+table entry. The encodings below produce one value per table entry (and head); layers
+gather the bias from the table with the index, so the bias is constant on orbitals by
+construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache, lru_cache
+
+import torch
+from torch import nn
+
+from ..groups import GroupError, PointGroup, integer_matrix, real_matrix
+
+__all__ = [
+    "ContinuousGroupEncoding",
+    "GroupPositionalEncoding",
+    "OrbitalTableEncoding",
+    "RelativeGeometry",
+    "point_group_tables",
+    "relative_geometry",
+]
+
+
+@dataclass(frozen=True, eq=False)
+class PointGroupTables:
+    """Index tables of a finite point group (element ``i`` is ``elements()[i]``).
+
+    Attributes
+    ----------
+    inverse
+        ``(|H|,)``: index of ``h⁻¹``.
+    relative
+        ``(|H|, |H|)``: ``relative[h, k]`` is the index of ``h⁻¹ k``.
+    matrices
+        ``(|H|, 2, 2)`` float64: the matrix of ``h⁻¹`` acting on ``(y, x)`` offsets
+        (exact integers for quarter turns and reflections).
+    """
+
+    inverse: torch.Tensor
+    relative: torch.Tensor
+    matrices: torch.Tensor
+
+
+def _snap(value: float) -> float:
+    rounded = float(round(value))
+    return rounded if abs(value - rounded) < 1e-12 else value
+
+
+@cache
+def point_group_tables(point_group: PointGroup) -> PointGroupTables:
+    """The inverse and relative-element tables and the ``h⁻¹`` matrices of a point group.
+
+    Rotations by multiples of 90° (and the reflection) get exact integer matrices even
+    for C8, C16, …, so the C4 subgroup of a finer group acts exactly.
+    """
+    elements = point_group.elements()
+    inverse = torch.tensor([point_group.index(point_group.inverse(h)) for h in elements])
+    relative = torch.tensor(
+        [[point_group.index(point_group.compose(point_group.inverse(h), k)) for k in elements] for h in elements]
+    )
+    mats = []
+    for h in elements:
+        h_inv = point_group.inverse(h)
+        if point_group.acts_exactly_on_grid:
+            m = integer_matrix(point_group, h_inv)
+            mats.append([[float(m[0][0]), float(m[0][1])], [float(m[1][0]), float(m[1][1])]])
+        else:
+            m2 = real_matrix(point_group, h_inv)
+            mats.append([[_snap(m2[0][0]), _snap(m2[0][1])], [_snap(m2[1][0]), _snap(m2[1][1])]])
+    return PointGroupTables(inverse, relative, torch.tensor(mats, dtype=torch.float64))
+
+
+@dataclass(frozen=True, eq=False)
+class RelativeGeometry:
+    """The invariant table and gather index of one layer kind and input shape.
+
+    Attributes
+    ----------
+    point_group
+        The point group ``H``.
+    lifting
+        ``True`` for lifting layers (keys are pixels), ``False`` for group layers (keys
+        are ``(k, pixel)`` tokens).
+    neighbourhood
+        ``None`` for global attention, else the odd side ``k`` of the ``k × k`` window.
+    height, width
+        The spatial grid.
+    circular
+        Whether offsets are taken on the torus (exact point groups) or in the plane
+        (finer rotations, zero outside the image).
+    spatial_offsets
+        ``(S, 2)`` float64: the spatial invariant ``h⁻¹ (x_j − x_i)`` of each spatial
+        entry (a representative offset).
+    scale
+        A length to normalise the offsets by (half the grid or window side).
+    index
+        Long tensor of table entries; entry ``e`` has spatial entry ``e // |H|`` and
+        relative group element ``e % |H|`` for group layers (``e`` itself is the spatial
+        entry for lifting layers). Shapes: lifting global ``(|H|, N, N)``, group global
+        ``(|H|, N, |H|, N)``, lifting local ``(|H|, k²)``, group local ``(|H|, k², |H|)``,
+        with ``N = height · width`` pixels in row-major order and window offsets in
+        row-major order.
+    neighbours
+        Local layers: long tensor ``(N, k²)``, the pixel index of every window position
+        (circular; for planar geometries an out-of-grid position is ``N``, a zero token).
+    num_entries
+        The table size ``T`` (``S`` for lifting, ``S · |H|`` for group layers).
+    exact
+        Whether the table entries are the orbitals of ``T ⋊ H`` exactly (point groups
+        acting exactly on the grid).
+    """
+
+    point_group: PointGroup
+    lifting: bool
+    neighbourhood: int | None
+    height: int
+    width: int
+    circular: bool
+    spatial_offsets: torch.Tensor
+    scale: float
+    index: torch.Tensor
+    num_entries: int
+    exact: bool
+    neighbours: torch.Tensor | None = None
+
+    @property
+    def group_order(self) -> int:
+        """``|H|``."""
+        return self.point_group.order()  # type: ignore[no-any-return]
+
+    def group_entries(self) -> torch.Tensor:
+        """``(T,)``: the relative group element of each entry (zeros for lifting layers)."""
+        n = self.group_order
+        if self.lifting:
+            return torch.zeros(self.num_entries, dtype=torch.long)
+        return torch.arange(self.num_entries) % n
+
+    def spatial_entries(self) -> torch.Tensor:
+        """``(T,)``: the spatial entry (row of :attr:`spatial_offsets`) of each entry."""
+        if self.lifting:
+            return torch.arange(self.num_entries)
+        return torch.arange(self.num_entries) // self.group_order
+
+
+def _has_quarter_turn(point_group: PointGroup) -> bool:
+    return any((2 * point_group.rotation(h)) % point_group.n != 0 for h in point_group.elements())
+
+
+def check_grid(point_group: PointGroup, height: int, width: int, neighbourhood: int | None, module: str) -> None:
+    """Raise :class:`GroupError` for a grid or neighbourhood the layer cannot handle.
+
+    Rotation groups other than C1, C2, D1, D2 need a square grid; a neighbourhood must
+    be odd, positive and fit in the grid.
+    """
+    if height != width and _has_quarter_turn(point_group):
+        raise GroupError(
+            f"{module}: expected a square grid for the rotation group {point_group.name}, got {height}x{width}"
+        )
+    if neighbourhood is not None:
+        if neighbourhood < 1 or neighbourhood % 2 == 0:
+            raise GroupError(f"{module}: expected an odd neighbourhood size k >= 1, got {neighbourhood}")
+        if neighbourhood > min(height, width):
+            raise GroupError(
+                f"{module}: expected a neighbourhood of at most the grid side {min(height, width)}, "
+                f"got {neighbourhood} on a {height}x{width} grid"
+            )
+
+
+def _centered(residue: torch.Tensor, n: int) -> torch.Tensor:
+    return (residue + n // 2) % n - n // 2
+
+
+@lru_cache(maxsize=64)
+def relative_geometry(
+    point_group: PointGroup,
+    height: int,
+    width: int,
+    neighbourhood: int | None = None,
+    lifting: bool = False,
+) -> RelativeGeometry:
+    """Enumerate the orbital invariants of a lifting or group attention layer (cached).
+
+    For point groups acting exactly on the grid (C1, C2, C4, D1, D2, D4) offsets live
+    on the ``height × width`` torus and the table entries are exactly the orbitals of
+    ``T ⋊ H`` on (output, key) pairs: a table indexed by them is invariant by
+    construction. For finer rotations (C8, C16, …) offsets are planar and rotated
+    continuously, one entry per ``(h, offset)``; only a continuous encoding of them
+    makes sense and equivariance is approximate.
+
+    Parameters
+    ----------
+    point_group
+        The point group ``H``.
+    height, width
+        The spatial grid.
+    neighbourhood
+        ``None`` (global) or the odd window side ``k``.
+    lifting
+        Lifting (keys are pixels) or group layer (keys are lifted tokens).
+
+    Returns
+    -------
+    RelativeGeometry
+
+    Raises
+    ------
+    GroupError
+        For a non-square grid under 90° rotations or a bad neighbourhood.
+    """
+    module = "relative_geometry"
+    check_grid(point_group, height, width, neighbourhood, module)
+    tables = point_group_tables(point_group)
+    n_group = point_group.order()
+    exact = point_group.acts_exactly_on_grid
+    mats = tables.matrices  # (|H|, 2, 2) of h⁻¹
+    if neighbourhood is not None:
+        k = neighbourhood
+        r = k // 2
+        grid = torch.stack(torch.meshgrid(torch.arange(-r, r + 1), torch.arange(-r, r + 1), indexing="ij"), -1)
+        deltas = grid.reshape(-1, 2).to(torch.float64)  # (k², 2) row-major
+        rotated = torch.einsum("gab,mb->gma", mats, deltas)  # (|H|, k², 2)
+        if exact:
+            ri = rotated.round().long()
+            spatial_index = (ri[..., 0] + r) * k + (ri[..., 1] + r)  # (|H|, k²)
+            offsets = deltas
+        else:
+            spatial_index = torch.arange(n_group * k * k).reshape(n_group, k * k)
+            offsets = rotated.reshape(-1, 2)
+        scale = float(max(r, 1))
+        circular = exact
+        ys, xs = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")
+        ny = ys.reshape(-1, 1) + grid.reshape(-1, 2)[None, :, 0]  # (N, k²)
+        nx = xs.reshape(-1, 1) + grid.reshape(-1, 2)[None, :, 1]
+        if circular:
+            neighbours = (ny % height) * width + (nx % width)
+        else:
+            inside = (ny >= 0) & (ny < height) & (nx >= 0) & (nx < width)
+            neighbours = torch.where(inside, ny * width + nx, torch.full_like(ny, height * width))
+    else:
+        ys, xs = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")
+        pixels = torch.stack([ys.reshape(-1), xs.reshape(-1)], -1)  # (N, 2)
+        diff = pixels[None, :, :] - pixels[:, None, :]  # (N_query, N_key, 2): x_j − x_i
+        scale = float(max(max(height, width) / 2.0, 1.0))
+        if exact:
+            modulus = torch.tensor([height, width])
+            diff = diff % modulus
+            imats = mats.round().long()
+            rotated = torch.einsum("gab,ijb->gija", imats, diff) % modulus  # (|H|, N, N, 2)
+            spatial_index = rotated[..., 0] * width + rotated[..., 1]
+            res = torch.stack(
+                torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij"), -1
+            ).reshape(-1, 2)
+            offsets = torch.stack([_centered(res[:, 0], height), _centered(res[:, 1], width)], -1).double()
+            circular = True
+        else:
+            span_y, span_x = 2 * height - 1, 2 * width - 1
+            dy = torch.arange(-(height - 1), height)
+            dx = torch.arange(-(width - 1), width)
+            plane = torch.stack(torch.meshgrid(dy, dx, indexing="ij"), -1).reshape(-1, 2).double()  # (D, 2)
+            count = span_y * span_x
+            rotated = torch.einsum("gab,mb->gma", mats, plane)  # (|H|, D, 2)
+            offsets = rotated.reshape(-1, 2)
+            local = (diff[..., 0] + height - 1) * span_x + (diff[..., 1] + width - 1)  # (N, N)
+            spatial_index = torch.arange(n_group)[:, None, None] * count + local[None]
+            circular = False
+        neighbours = None
+    num_spatial = offsets.shape[0]
+    if lifting:
+        index = spatial_index
+        num_entries = num_spatial
+    else:
+        rel = tables.relative  # (|H|, |H|)
+        if neighbourhood is not None:
+            index = spatial_index[:, :, None] * n_group + rel[:, None, :]  # (|H|, k², |H|)
+        else:
+            index = spatial_index[:, :, None, :] * n_group + rel[:, None, :, None]  # (|H|, N, |H|, N)
+        num_entries = num_spatial * n_group
+    return RelativeGeometry(
+        point_group=point_group,
+        lifting=lifting,
+        neighbourhood=neighbourhood,
+        height=height,
+        width=width,
+        circular=circular,
+        spatial_offsets=offsets.to(torch.float64),
+        scale=scale,
+        index=index.contiguous(),
+        num_entries=num_entries,
+        exact=exact,
+        neighbours=None if neighbours is None else neighbours.contiguous(),
+    )
+
+
+class GroupPositionalEncoding(nn.Module):
+    """Base class: one value per orbital entry (and head), optionally one vector per head.
+
+    ``forward(geometry)`` returns ``(bias, vectors)``: ``bias`` of shape ``(heads, T)``
+    (an additive attention bias, or ``None``) and ``vectors`` of shape
+    ``(T, heads, d)`` (for the query-dependent content × position term
+    ``q · r(h⁻¹(x_j − x_i), h⁻¹k)``, or ``None``). Layers gather both with
+    ``geometry.index``; since every entry is a function of the orbital invariants, the
+    attention logits are invariant and the layer equivariant.
+
+    Contract: the encoding itself is invariant — it depends on orbitals only.
+
+    Parameters
+    ----------
+    num_heads
+        Number of attention heads.
+    vector_channels
+        ``d`` of the query-dependent term; 0 disables it.
+    additive
+        Whether to produce the additive bias.
+    """
+
+    def __init__(self, num_heads: int, vector_channels: int = 0, additive: bool = True) -> None:
+        super().__init__()
+        if num_heads < 1:
+            raise GroupError(f"{type(self).__name__}: expected num_heads >= 1, got {num_heads}")
+        if vector_channels < 0:
+            raise GroupError(f"{type(self).__name__}: expected vector_channels >= 0, got {vector_channels}")
+        if not additive and vector_channels == 0:
+            raise GroupError(
+                f"{type(self).__name__}: expected an additive bias or a query-dependent term, got neither"
+            )
+        self.num_heads = num_heads
+        self.vector_channels = vector_channels
+        self.additive = additive
+
+    @property
+    def out_features(self) -> int:
+        """Values per table entry: ``heads`` (bias) + ``heads · d`` (vectors)."""
+        return self.num_heads * ((1 if self.additive else 0) + self.vector_channels)
+
+    def entry_values(self, geometry: RelativeGeometry) -> torch.Tensor:
+        """``(T, out_features)``: the raw values of every table entry."""
+        raise NotImplementedError
+
+    def forward(self, geometry: RelativeGeometry) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        values = self.entry_values(geometry)
+        heads = self.num_heads
+        bias = values[:, :heads].transpose(0, 1) if self.additive else None
+        vectors = None
+        if self.vector_channels:
+            start = heads if self.additive else 0
+            vectors = values[:, start:].reshape(values.shape[0], heads, self.vector_channels)
+        return bias, vectors
+
+    def contract(self, group: object, input_type: object = None) -> object:
+        """The encoding depends on orbitals only: invariant (see the class docstring)."""
+        from ..contracts import Contract
+
+        return Contract.invariant(input_type)
+
+
+class OrbitalTableEncoding(GroupPositionalEncoding):
+    """A learned table: one value per orbital per head (and optionally a vector).
+
+    Needs the geometry at construction because the number of orbitals depends on it:
+    for global layers the grid size, for local layers only the window. Only point
+    groups acting exactly on the grid (C1, C2, C4, D1, D2, D4) have finitely many,
+    exactly invariant orbitals.
+
+    Parameters
+    ----------
+    point_group
+        ``H``.
+    num_heads, vector_channels, additive
+        As for :class:`GroupPositionalEncoding`.
+    lifting
+        Lifting (pixels as keys) or group layer.
+    neighbourhood
+        Window side, or ``None`` for global attention (then ``size`` is required).
+    size
+        Grid side ``(height, width)`` (or one int for a square grid) for global layers.
+    init_std
+        Standard deviation of the initial table.
+
+    Raises
+    ------
+    GroupError
+        For a point group that does not act exactly on the grid, or a global table
+        without ``size``.
+    """
+
+    def __init__(
+        self,
+        point_group: PointGroup,
+        num_heads: int,
+        lifting: bool,
+        neighbourhood: int | None = None,
+        size: int | tuple[int, int] | None = None,
+        vector_channels: int = 0,
+        additive: bool = True,
+        init_std: float = 0.02,
+    ) -> None:
+        super().__init__(num_heads, vector_channels, additive)
+        if not point_group.acts_exactly_on_grid:
+            raise GroupError(
+                f"OrbitalTableEncoding: expected a point group acting exactly on the grid (C1, C2, C4, D1, D2, D4), "
+                f"got {point_group.name}; use ContinuousGroupEncoding for finer rotations"
+            )
+        if neighbourhood is None and size is None:
+            raise GroupError("OrbitalTableEncoding: expected the grid size for a global table, got size=None")
+        self.point_group = point_group
+        self.lifting = lifting
+        self.neighbourhood = neighbourhood
+        if neighbourhood is not None:
+            spatial = neighbourhood * neighbourhood
+            self.size: tuple[int, int] | None = None
+        else:
+            hw = (size, size) if isinstance(size, int) else tuple(size)  # type: ignore[arg-type]
+            self.size = (int(hw[0]), int(hw[1]))
+            spatial = self.size[0] * self.size[1]
+        entries = spatial * (1 if lifting else point_group.order())
+        self.table = nn.Parameter(torch.randn(entries, self.out_features) * init_std)
+
+    def entry_values(self, geometry: RelativeGeometry) -> torch.Tensor:
+        if geometry.num_entries != self.table.shape[0] or geometry.lifting != self.lifting:
+            expected = f"{self.size[0]}x{self.size[1]}" if self.size else f"window {self.neighbourhood}"
+            raise GroupError(
+                f"OrbitalTableEncoding: expected a {expected} geometry with {self.table.shape[0]} orbitals, "
+                f"got {geometry.height}x{geometry.width} with {geometry.num_entries}"
+            )
+        return self.table
+
+
+class ContinuousGroupEncoding(GroupPositionalEncoding):
+    """GSA-Nets style encoding: an MLP of the rotated offset ``h⁻¹(x_j − x_i)`` plus a
+    learned embedding of the relative group element ``h⁻¹ k`` (group layers).
+
+    The MLP runs on the table of distinct invariants only (``S`` spatial entries, at
+    most ``height · width`` for exact groups), not on every ``(h, query, key)``
+    triple; the layer then gathers. Offsets are normalised by the geometry's scale.
+    Works for any point group: for C8, C16, … offsets are rotated continuously.
+
+    Parameters
+    ----------
+    point_group
+        ``H``.
+    num_heads, vector_channels, additive
+        As for :class:`GroupPositionalEncoding`.
+    hidden
+        Width of the MLP's hidden layer.
+    """
+
+    def __init__(
+        self,
+        point_group: PointGroup,
+        num_heads: int,
+        vector_channels: int = 0,
+        additive: bool = True,
+        hidden: int = 16,
+    ) -> None:
+        super().__init__(num_heads, vector_channels, additive)
+        self.point_group = point_group
+        self.mlp = nn.Sequential(nn.Linear(2, hidden), nn.GELU(), nn.Linear(hidden, self.out_features))
+        self.group_embedding = nn.Parameter(torch.randn(point_group.order(), self.out_features) * 0.02)
+
+    def entry_values(self, geometry: RelativeGeometry) -> torch.Tensor:
+        weight = self.mlp[0].weight
+        coords = (geometry.spatial_offsets / geometry.scale).to(dtype=weight.dtype, device=weight.device)
+        spatial = self.mlp(coords)  # (S, F)
+        if geometry.lifting:
+            return spatial
+        table = spatial[:, None, :] + self.group_embedding[None, :, :]  # (S, |H|, F)
+        return table.reshape(-1, self.out_features)

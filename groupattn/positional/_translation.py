@@ -1,0 +1,291 @@
+"""Translation positional information on a torus of tokens: invariant encodings and baselines.
+
+Invariant (constant on the orbitals of the translations ``Z_h × Z_w``):
+:class:`CirculantRelativeBias` (bias depends on ``(j − i) mod (h, w)`` only) and
+:class:`ConvPositionalEncoding` with circular padding. Baselines that break translation
+equivariance, each with a ``breaks`` contract: :class:`ClippedRelativeBias` (Swin's
+non-circular relative bias), :class:`AbsolutePositionalEncoding` and
+:class:`ConvPositionalEncoding` with zero padding.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from ..actions import GSet, TokenField
+from ..contracts import Contract
+from ..groups import Group, GroupError, TorusTranslations
+
+__all__ = [
+    "AbsolutePositionalEncoding",
+    "CirculantRelativeBias",
+    "ClippedRelativeBias",
+    "ConvPositionalEncoding",
+]
+
+
+def _check_grid(module: str, grid: Any) -> tuple[int, int]:
+    try:
+        height, width = (int(grid[0]), int(grid[1]))
+    except (TypeError, IndexError, ValueError):
+        raise GroupError(f"{module}: expected a grid (height, width), got {grid!r}") from None
+    if height < 1 or width < 1 or len(grid) != 2:
+        raise GroupError(f"{module}: expected a grid (height, width) of positive ints, got {grid!r}")
+    return height, width
+
+
+def _check_tokens(
+    module: str, x: torch.Tensor, grid: tuple[int, int], prefix: int = 0, dim: int | None = None
+) -> None:
+    """Raise :class:`GroupError` unless ``x`` is ``(B, prefix + h·w, dim)``."""
+    n = prefix + grid[0] * grid[1]
+    if x.dim() != 3 or x.shape[1] != n or (dim is not None and x.shape[2] != dim):
+        expected = f"tokens (B, N={n}, C={dim if dim is not None else 'C'}) over a {grid[0]}x{grid[1]} grid"
+        if prefix:
+            expected += f" with {prefix} prefix tokens"
+        raise GroupError(f"{module}: expected {expected}, got a tensor of shape {tuple(x.shape)}")
+
+
+def _grid_stride(group: Group, grid: tuple[int, int]) -> int | None:
+    """Stride (in tokens) of a torus translation group acting on ``grid``, else ``None``."""
+    if not isinstance(group, TorusTranslations):
+        return None
+    if group.height * group.stride != grid[0] or group.width * group.stride != grid[1]:
+        return None
+    return group.stride
+
+
+def _token_contract(
+    module: str, group: Group, grid: tuple[int, int], prefix: int, reason: str | None
+) -> Contract:
+    """Equivariant on ``TokenField(grid)`` under translations of the grid, or ``breaks(reason)``."""
+    field = TokenField(grid, prefix=prefix)
+    if _grid_stride(group, grid) is None:
+        return Contract.unknown(
+            f"{module}: promises nothing for {group.name}; expected translations of the "
+            f"{grid[0]}x{grid[1]} token torus",
+            field,
+        )
+    if reason is not None:
+        return Contract.breaks(reason, field, field)
+    return Contract.equivariant(field, field)
+
+
+def _pad_prefix(bias: torch.Tensor, prefix: int) -> torch.Tensor:
+    """Pad a ``(heads, N, N)`` bias with zero rows/columns for ``prefix`` leading tokens."""
+    if prefix == 0:
+        return bias
+    return nn.functional.pad(bias, (prefix, 0, prefix, 0))
+
+
+class CirculantRelativeBias(nn.Module):
+    """A learned attention bias that depends only on ``(j − i) mod (h, w)``.
+
+    The bias table has one entry per head and per orbital of the translations
+    ``TorusTranslations(h, w)`` on token pairs (``h·w`` orbitals, one per circular
+    offset), read from ``GSet.grid(TorusTranslations(h, w), h, w).orbitals()``; the
+    ``(N, N)`` gather index is a non-persistent buffer built once.
+
+    Contract: *invariant* under ``TorusTranslations(h, w)`` — ``bias[g·i, g·j] =
+    bias[i, j]`` — so attention with this bias is translation-equivariant.
+
+    Parameters
+    ----------
+    grid
+        Token grid ``(h, w)``.
+    heads
+        Number of attention heads.
+    prefix
+        Leading non-grid tokens (e.g. a class token); their rows and columns get bias 0.
+    init_std
+        Standard deviation of the normal initialisation of the table.
+    """
+
+    orbital_index: torch.Tensor
+
+    def __init__(self, grid: tuple[int, int], heads: int, prefix: int = 0, init_std: float = 0.02) -> None:
+        super().__init__()
+        self.grid = _check_grid("CirculantRelativeBias", grid)
+        self.heads, self.prefix = heads, prefix
+        h, w = self.grid
+        orbitals = GSet.grid(TorusTranslations(h, w), h, w).orbitals()
+        self.register_buffer("orbital_index", orbitals, persistent=False)
+        self.table = nn.Parameter(torch.randn(heads, int(orbitals.max()) + 1) * init_std)
+
+    def forward(self) -> torch.Tensor:
+        """The bias ``(heads, prefix + h·w, prefix + h·w)``."""
+        return _pad_prefix(self.table[:, self.orbital_index], self.prefix)
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """Invariant (constant on orbitals) under translations of the grid."""
+        field = TokenField(self.grid, prefix=self.prefix)
+        if _grid_stride(group, self.grid) is None:
+            return Contract.unknown(
+                f"CirculantRelativeBias: promises nothing for {group.name}", field
+            )
+        return Contract.invariant(field)
+
+    def extra_repr(self) -> str:
+        return f"grid={self.grid}, heads={self.heads}, prefix={self.prefix}"
+
+
+class ClippedRelativeBias(nn.Module):
+    """Swin-style relative position bias: a table over the non-circular offsets.
+
+    ``bias[i, j] = table[y_j − y_i + h − 1, x_j − x_i + w − 1]`` with a
+    ``(2h − 1) × (2w − 1)`` table per head. Offsets are *not* reduced modulo the grid,
+    so the bias is not constant on the translation orbitals.
+
+    Contract: *breaks* under ``TorusTranslations(h, w)`` (a baseline). Inside a window
+    whose windows are anchored it is harmless: shifts by whole windows do not change
+    positions within a window.
+
+    Parameters
+    ----------
+    grid
+        Token grid ``(h, w)`` (the window for window attention).
+    heads
+        Number of attention heads.
+    prefix
+        Leading non-grid tokens; their rows and columns get bias 0.
+    init_std
+        Standard deviation of the normal initialisation of the table.
+    """
+
+    offset_index: torch.Tensor
+
+    def __init__(self, grid: tuple[int, int], heads: int, prefix: int = 0, init_std: float = 0.02) -> None:
+        super().__init__()
+        self.grid = _check_grid("ClippedRelativeBias", grid)
+        self.heads, self.prefix = heads, prefix
+        h, w = self.grid
+        ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+        ys, xs = ys.reshape(-1), xs.reshape(-1)
+        index = (ys[None, :] - ys[:, None] + h - 1) * (2 * w - 1) + (xs[None, :] - xs[:, None] + w - 1)
+        self.register_buffer("offset_index", index, persistent=False)
+        self.table = nn.Parameter(torch.randn(heads, (2 * h - 1) * (2 * w - 1)) * init_std)
+
+    def forward(self) -> torch.Tensor:
+        """The bias ``(heads, prefix + h·w, prefix + h·w)``."""
+        return _pad_prefix(self.table[:, self.offset_index], self.prefix)
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """Breaks under translations of the grid."""
+        field = TokenField(self.grid, prefix=self.prefix)
+        return Contract.breaks(
+            "clipped (non-circular) relative position bias is not constant on the translation orbitals",
+            field,
+        )
+
+    def extra_repr(self) -> str:
+        return f"grid={self.grid}, heads={self.heads}, prefix={self.prefix}"
+
+
+class AbsolutePositionalEncoding(nn.Module):
+    """A learned embedding per token position, added to the tokens (ViT's baseline).
+
+    Contract: *breaks* under translations — "absolute positional encoding is not
+    translation-invariant".
+
+    Parameters
+    ----------
+    dim
+        Token width ``C``.
+    grid
+        Token grid ``(h, w)``.
+    prefix
+        Leading non-grid tokens (they get their own embedding too).
+    init_std
+        Standard deviation of the normal initialisation.
+
+    Shapes: ``(B, prefix + h·w, C) → (B, prefix + h·w, C)``.
+    """
+
+    def __init__(self, dim: int, grid: tuple[int, int], prefix: int = 0, init_std: float = 0.02) -> None:
+        super().__init__()
+        self.grid = _check_grid("AbsolutePositionalEncoding", grid)
+        self.dim, self.prefix = dim, prefix
+        self.embedding = nn.Parameter(torch.randn(1, prefix + self.grid[0] * self.grid[1], dim) * init_std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Add the position embeddings."""
+        _check_tokens("AbsolutePositionalEncoding", x, self.grid, self.prefix, self.dim)
+        return x + self.embedding
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """Breaks under translations."""
+        return _token_contract(
+            "AbsolutePositionalEncoding", group, self.grid, self.prefix,
+            "absolute positional encoding is not translation-invariant",
+        )
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, grid={self.grid}, prefix={self.prefix}"
+
+
+class ConvPositionalEncoding(nn.Module):
+    """Convolutional positional encoding (CPVT/Twins PEG): ``x + depthwise_conv(x)`` on the grid.
+
+    With ``padding_mode="circular"`` the convolution commutes with circular shifts of
+    the token grid (contract: *equivariant* under ``TorusTranslations(h, w)``); with
+    ``"zeros"`` (the usual baseline) the border breaks it (contract: *breaks*).
+    Prefix tokens (class token) pass through unchanged.
+
+    Parameters
+    ----------
+    dim
+        Token width ``C``.
+    grid
+        Token grid ``(h, w)``.
+    kernel_size
+        Odd kernel size.
+    padding_mode
+        ``"circular"`` or ``"zeros"``.
+    prefix
+        Leading non-grid tokens.
+
+    Shapes: ``(B, prefix + h·w, C) → (B, prefix + h·w, C)``.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        grid: tuple[int, int],
+        kernel_size: int = 3,
+        padding_mode: Literal["circular", "zeros"] = "circular",
+        prefix: int = 0,
+    ) -> None:
+        super().__init__()
+        self.grid = _check_grid("ConvPositionalEncoding", grid)
+        if kernel_size % 2 != 1:
+            raise GroupError(f"ConvPositionalEncoding: expected an odd kernel size, got {kernel_size}")
+        if padding_mode not in ("circular", "zeros"):
+            raise GroupError(
+                f"ConvPositionalEncoding: expected padding_mode 'circular' or 'zeros', got {padding_mode!r}"
+            )
+        self.dim, self.prefix, self.padding_mode = dim, prefix, padding_mode
+        self.conv = nn.Conv2d(
+            dim, dim, kernel_size, padding=kernel_size // 2, groups=dim, padding_mode=padding_mode
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Add the convolved grid tokens."""
+        _check_tokens("ConvPositionalEncoding", x, self.grid, self.prefix, self.dim)
+        h, w = self.grid
+        head, body = x[:, : self.prefix], x[:, self.prefix :]
+        image = body.transpose(1, 2).reshape(x.shape[0], self.dim, h, w)
+        body = body + self.conv(image).flatten(2).transpose(1, 2)
+        return torch.cat([head, body], dim=1) if self.prefix else body
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """Equivariant with circular padding, breaks with zero padding."""
+        reason = None
+        if self.padding_mode != "circular":
+            reason = "zero padding in the convolutional positional encoding is not translation-equivariant on the torus"
+        return _token_contract("ConvPositionalEncoding", group, self.grid, self.prefix, reason)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, grid={self.grid}, padding_mode={self.padding_mode!r}, prefix={self.prefix}"

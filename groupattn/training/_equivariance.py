@@ -1,0 +1,116 @@
+"""The final equivariance check of a trained classifier."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..actions import GridField, InvariantField
+from ..groups import Group, GroupElement
+from ..testing import equivariance_error
+
+__all__ = ["EquivarianceCheck", "check_classifier", "test_elements"]
+
+
+@dataclass
+class EquivarianceCheck:
+    """Measured invariance of a classifier's logits under a group.
+
+    Attributes
+    ----------
+    group
+        Name of the group.
+    max_error
+        Largest relative error ``‖f(g·x) − f(x)‖ / ‖f(x)‖`` over the tested elements.
+    worst_element
+        The element with that error (as text).
+    num_elements
+        How many elements were tested.
+    method
+        ``"groupattn.check.verify"`` or ``"groupattn.testing.equivariance_error"``.
+    """
+
+    group: str
+    max_error: float
+    worst_element: str
+    num_elements: int
+    method: str
+
+
+def test_elements(group: Group, count: int = 8, seed: int = 0) -> list[GroupElement]:
+    """Elements to test: all of a group of order ≤ ``count`` (e.g. C4, D4); otherwise
+    the generators and a seeded sample of ``count`` elements, without repeats."""
+    order = group.order()
+    if group.is_finite and order is not None and order <= count:
+        return list(group.elements())  # type: ignore[attr-defined]
+    chosen: list[GroupElement] = []
+    for g in [*group.generators(), *group.sample(count, seed=seed)]:
+        if g not in chosen:
+            chosen.append(g)
+    return chosen
+
+
+test_elements.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
+
+
+def check_classifier(
+    model: nn.Module,
+    images: torch.Tensor,
+    group: Group,
+    count: int = 8,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float64,
+) -> EquivarianceCheck:
+    """Measure how far ``model``'s logits are from invariant under ``group``.
+
+    The logits of a classifier should not move when the image does, so the input is
+    treated as a :class:`~groupattn.actions.GridField` and the output as an
+    :class:`~groupattn.actions.InvariantField`. The checker's
+    :func:`groupattn.check.verify` runs a copy of the model in ``dtype`` (float64 by
+    default, so an exactly invariant model shows rounding-level errors, ~1e-15) with
+    the group acting by exact permutations; without the checker,
+    :func:`groupattn.testing.equivariance_error` runs the model as it is. The
+    elements tested are :func:`test_elements`.
+
+    Parameters
+    ----------
+    model
+        A classifier ``(B, C, H, W) → (B, classes)``.
+    images
+        A few test images ``(B, C, H, W)``.
+    group
+        The acting group (e.g. from :func:`resolve_group`).
+    count, seed
+        How many elements to sample (see :func:`test_elements`), and the seed.
+    dtype
+        Evaluation dtype of the checker's copy of the model.
+    """
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    elements = test_elements(group, count, seed)
+    x = images.to(device)
+    try:
+        from ..check import verify
+    except ImportError:  # pragma: no cover - the checker ships with groupattn
+        verify = None
+    was_training = model.training
+    model.eval()
+    try:
+        if verify is not None:
+            report = verify(
+                model, x, group, elements, input_type=GridField(), output_type=InvariantField(), dtype=dtype
+            )
+            method = "groupattn.check.verify"
+        else:  # pragma: no cover
+            report = equivariance_error(model, x, group, elements, input_type=GridField(), output_type=InvariantField())
+            method = "groupattn.testing.equivariance_error"
+    finally:
+        model.train(was_training)
+    return EquivarianceCheck(
+        group=group.name,
+        max_error=float(report.max_error),
+        worst_element=repr(report.worst_element),
+        num_elements=len(elements),
+        method=method,
+    )

@@ -1,0 +1,186 @@
+"""Evaluation metrics: accuracy, and how predictions react to shifts and quarter turns."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..data import random_shifts, rotate_quarter_turns
+
+__all__ = [
+    "Evaluation",
+    "accuracy",
+    "accuracy_by_rotation",
+    "accuracy_by_shift",
+    "evaluate",
+    "predict",
+    "rotation_consistency",
+    "shift_consistency",
+]
+
+
+def _logits(output: Any) -> torch.Tensor:
+    if isinstance(output, torch.Tensor):
+        return output
+    if hasattr(output, "output"):
+        return output.output
+    if isinstance(output, tuple | list) and output and isinstance(output[0], torch.Tensor):
+        return output[0]
+    raise TypeError(f"predict: expected the model to return logits (B, classes), got {type(output).__name__}")
+
+
+def predict(model: nn.Module, images: torch.Tensor, batch_size: int = 256) -> torch.Tensor:
+    """Top-1 classes ``(N,)`` of ``images`` ``(N, C, H, W)`` (evaluation mode, no gradients).
+
+    The images are moved to the model's device; the result is on the CPU.
+    """
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    was_training = model.training
+    model.eval()
+    out = []
+    with torch.no_grad():
+        for start in range(0, images.shape[0], batch_size):
+            chunk = images[start : start + batch_size].to(device)
+            out.append(_logits(model(chunk)).argmax(dim=-1).cpu())
+    model.train(was_training)
+    return torch.cat(out) if out else torch.empty(0, dtype=torch.long)
+
+
+def accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 256) -> float:
+    """Fraction of ``images`` classified as ``labels``."""
+    return float((predict(model, images, batch_size) == labels.cpu()).float().mean())
+
+
+def shift_consistency(
+    model: nn.Module, images: torch.Tensor, max_shift: int = 8, seed: int = 0, batch_size: int = 256
+) -> float:
+    """Fraction of inputs whose top-1 class is unchanged under a random circular shift.
+
+    Each image is rolled by a seeded random offset in ``[-max_shift, max_shift]²``
+    (:func:`groupattn.data.random_shifts`). A translation-invariant model scores 1.0.
+    """
+    shifted, _ = random_shifts(images, max_shift, seed)
+    return float((predict(model, images, batch_size) == predict(model, shifted, batch_size)).float().mean())
+
+
+def rotation_consistency(model: nn.Module, images: torch.Tensor, batch_size: int = 256) -> float:
+    """Fraction of inputs predicted identically in all four 90° rotations.
+
+    A model invariant to quarter turns (e.g. p4-equivariant with invariant pooling)
+    scores 1.0.
+    """
+    predictions = [predict(model, rotate_quarter_turns(images, k), batch_size) for k in range(4)]
+    same = torch.ones_like(predictions[0], dtype=torch.bool)
+    for p in predictions[1:]:
+        same &= p == predictions[0]
+    return float(same.float().mean())
+
+
+def accuracy_by_shift(
+    model: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    distances: Sequence[int] = (0, 2, 4, 6, 8, 10, 12, 14, 16),
+    batch_size: int = 256,
+) -> dict[int, float]:
+    """Accuracy against shift distance ``d``: the mean over the circular shifts
+    ``(d, 0)``, ``(0, d)``, ``(−d, 0)``, ``(0, −d)``."""
+    out: dict[int, float] = {}
+    for d in distances:
+        offsets = ((0, 0),) if d == 0 else ((d, 0), (0, d), (-d, 0), (0, -d))
+        accs = [
+            accuracy(model, torch.roll(images, shifts=offset, dims=(-2, -1)), labels, batch_size)
+            for offset in offsets
+        ]
+        out[int(d)] = sum(accs) / len(accs)
+    return out
+
+
+def accuracy_by_rotation(
+    model: nn.Module, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 256
+) -> dict[int, float]:
+    """Accuracy against rotation angle: ``{0: …, 90: …, 180: …, 270: …}`` (counter-clockwise)."""
+    return {
+        90 * k: accuracy(model, rotate_quarter_turns(images, k), labels, batch_size) for k in range(4)
+    }
+
+
+@dataclass
+class Evaluation:
+    """Every metric of one model on one test set (fractions in ``[0, 1]``).
+
+    Attributes
+    ----------
+    accuracy
+        Clean test accuracy.
+    shifted_accuracy
+        Accuracy on the test images under random circular shifts.
+    shift_consistency
+        See :func:`shift_consistency`.
+    rotated_accuracy
+        Mean accuracy over the four 90° rotations.
+    rotation_consistency
+        See :func:`rotation_consistency`.
+    accuracy_by_shift, accuracy_by_rotation
+        See :func:`accuracy_by_shift` and :func:`accuracy_by_rotation`.
+    """
+
+    accuracy: float
+    shifted_accuracy: float
+    shift_consistency: float
+    rotated_accuracy: float
+    rotation_consistency: float
+    accuracy_by_shift: dict[int, float] = field(default_factory=dict)
+    accuracy_by_rotation: dict[int, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dictionary (dictionary keys become strings)."""
+        data = asdict(self)
+        data["accuracy_by_shift"] = {str(k): v for k, v in self.accuracy_by_shift.items()}
+        data["accuracy_by_rotation"] = {str(k): v for k, v in self.accuracy_by_rotation.items()}
+        return data
+
+
+def evaluate(
+    model: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    max_shift: int = 8,
+    seed: int = 0,
+    distances: Sequence[int] | None = None,
+    batch_size: int = 256,
+) -> Evaluation:
+    """All metrics of :class:`Evaluation` for ``model`` on ``images`` ``(N, C, H, W)``.
+
+    Rotation metrics need square images; for non-square ones they are reported as NaN.
+    """
+    shifted, _ = random_shifts(images, max_shift, seed)
+    clean = predict(model, images, batch_size)
+    moved = predict(model, shifted, batch_size)
+    labels = labels.cpu()
+    if distances is None:
+        distances = tuple(range(0, images.shape[-1] // 2 + 1, 4))
+    by_shift = accuracy_by_shift(model, images, labels, distances, batch_size)
+    if images.shape[-1] == images.shape[-2]:
+        turned = [clean] + [predict(model, rotate_quarter_turns(images, k), batch_size) for k in (1, 2, 3)]
+        by_rotation = {90 * k: float((p == labels).float().mean()) for k, p in enumerate(turned)}
+        rotated = sum(by_rotation.values()) / 4
+        same = torch.ones_like(clean, dtype=torch.bool)
+        for p in turned[1:]:
+            same &= p == clean
+        rot_consistency = float(same.float().mean())
+    else:
+        by_rotation, rotated, rot_consistency = {}, float("nan"), float("nan")
+    return Evaluation(
+        accuracy=float((clean == labels).float().mean()),
+        shifted_accuracy=float((moved == labels).float().mean()),
+        shift_consistency=float((clean == moved).float().mean()),
+        rotated_accuracy=rotated,
+        rotation_consistency=rot_consistency,
+        accuracy_by_shift=by_shift,
+        accuracy_by_rotation=by_rotation,
+    )

@@ -1,0 +1,281 @@
+"""Seeded, deterministic training, single-process or under ``torchrun`` with DDP."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DistributedSampler
+
+from ._checkpoint import capture_rng_state, load_checkpoint, restore_rng_state, save_checkpoint
+from ._data import TrainingData
+from ._distributed import DistributedContext, setup_distributed
+from ._metrics import _logits
+
+__all__ = ["TrainConfig", "TrainResult", "train"]
+
+
+@dataclass
+class TrainConfig:
+    """Hyper-parameters and bookkeeping of one training run.
+
+    Attributes
+    ----------
+    epochs
+        Number of passes over the training set.
+    batch_size
+        Global batch size ``b``; each of ``N`` processes takes ``b / N`` samples.
+    lr
+        Peak learning rate of AdamW (or SGD).
+    weight_decay
+        AdamW's decoupled weight decay.
+    optimizer
+        ``"adamw"`` or ``"sgd"`` (momentum 0.9).
+    schedule
+        ``"cosine"`` (decay to 0 over the run, per step) or ``"constant"``.
+    seed
+        Seeds the data order (identical on every rank) and each rank's generators
+        (``seed + rank``).
+    device
+        ``"cpu"`` or ``"cuda"``.
+    checkpoint
+        Path written after every epoch (by rank 0), or ``None``.
+    resume
+        Continue from ``checkpoint`` if it exists.
+    progress
+        Show a tqdm progress bar on rank 0 (on stderr).
+    """
+
+    epochs: int = 3
+    batch_size: int = 64
+    lr: float = 2e-3
+    weight_decay: float = 1e-4
+    optimizer: str = "adamw"
+    schedule: str = "cosine"
+    seed: int = 0
+    device: str = "cpu"
+    checkpoint: str | None = None
+    resume: bool = False
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.epochs < 0 or self.batch_size < 1 or self.lr <= 0:
+            raise ValueError(
+                f"TrainConfig: expected epochs >= 0, batch_size >= 1 and lr > 0, got epochs={self.epochs}, "
+                f"batch_size={self.batch_size}, lr={self.lr}"
+            )
+        if self.optimizer not in ("adamw", "sgd"):
+            raise ValueError(f"TrainConfig: expected optimizer 'adamw' or 'sgd', got {self.optimizer!r}")
+        if self.schedule not in ("cosine", "constant"):
+            raise ValueError(f"TrainConfig: expected schedule 'cosine' or 'constant', got {self.schedule!r}")
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns.
+
+    Attributes
+    ----------
+    model
+        The trained model (unwrapped from DDP), in evaluation mode.
+    history
+        One entry per epoch: ``{"epoch", "loss", "train_accuracy"}`` (over all ranks).
+    start_epoch
+        The first epoch run (``> 0`` after resuming).
+    seconds, cpu_seconds
+        Wall-clock and process CPU time of the training loop.
+    """
+
+    model: nn.Module
+    history: list[dict[str, float]] = field(default_factory=list)
+    start_epoch: int = 0
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+
+
+def _optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=config.lr, momentum=0.9)
+    return torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+
+
+def _schedule(optimizer: torch.optim.Optimizer, config: TrainConfig, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    def factor(step: int) -> float:
+        if config.schedule == "constant" or total_steps <= 0:
+            return 1.0
+        return 0.5 * (1.0 + math.cos(math.pi * min(step, total_steps) / total_steps))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def _progress(total: int, description: str, enabled: bool) -> Any:
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover - tqdm is in the viz/dev extras
+        return None
+    if not enabled:
+        return None
+    return tqdm(total=total, desc=description, file=sys.stderr, leave=False, dynamic_ncols=True)
+
+
+def train(
+    model: nn.Module,
+    data: TrainingData,
+    config: TrainConfig | None = None,
+    context: DistributedContext | None = None,
+    on_epoch_end: Callable[[int, dict[str, float]], None] | None = None,
+) -> TrainResult:
+    """Train a classifier with cross-entropy, deterministically.
+
+    The data order of each epoch is a permutation seeded by ``seed + epoch``
+    (:class:`~torch.utils.data.DistributedSampler`), identical on every rank; rank
+    ``r`` of ``N`` takes every ``N``-th sample of it, in batches of ``b / N``, and DDP
+    averages the gradients. So the union of the ``N`` per-process batches of one step
+    is exactly the single-process batch of that step, and the loss is its mean: with
+    ``N`` processes the run reproduces the single-process run up to floating-point
+    summation order, whenever the training-set size and ``b`` are divisible by ``N``
+    (otherwise the sampler drops the last ``n mod N`` shuffled samples each epoch).
+
+    Build the model with the same seed on every rank (DDP also broadcasts rank 0's
+    parameters). With ``config.checkpoint`` rank 0 writes model, optimizer, schedule,
+    completed epochs and every rank's random-number states after each epoch; with
+    ``config.resume`` training continues from it, giving the same parameters as an
+    uninterrupted run.
+
+    Parameters
+    ----------
+    model
+        A classifier ``(B, C, H, W) → (B, classes)``.
+    data
+        The training data (only the training split is used here).
+    config
+        Hyper-parameters; :class:`TrainConfig` defaults if ``None``.
+    context
+        The process's place in the run; :func:`setup_distributed` (``torchrun``'s
+        environment) if ``None``.
+    on_epoch_end
+        Called on every rank as ``on_epoch_end(epoch, summary)`` after each epoch.
+
+    Returns
+    -------
+    TrainResult
+    """
+    config = config or TrainConfig()
+    context = context or setup_distributed(config.device)
+    world, rank = context.world_size, context.rank
+    if config.batch_size % world:
+        raise ValueError(
+            f"train: expected a batch size divisible by the {world} processes, got {config.batch_size}"
+        )
+    local_batch = config.batch_size // world
+    n = data.train_images.shape[0]
+    if n < world:
+        raise ValueError(f"train: expected at least {world} training samples (one per process), got {n}")
+    per_rank = n // world
+    steps_per_epoch = math.ceil(per_rank / local_batch)
+
+    model.to(context.device)
+    optimizer = _optimizer(model, config)
+    scheduler = _schedule(optimizer, config, steps_per_epoch * config.epochs)
+    start_epoch = 0
+    history: list[dict[str, float]] = []
+    torch.manual_seed(config.seed + rank)
+    checkpoint = Path(config.checkpoint) if config.checkpoint else None
+    if config.resume and checkpoint is not None and checkpoint.is_file():
+        state = load_checkpoint(checkpoint, map_location=context.device)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        start_epoch = int(state["epoch"])
+        history = list(state.get("history", []))
+        rng = state.get("rng", [])
+        if len(rng) == world:
+            restore_rng_state(rng[rank])
+    elif config.resume and checkpoint is None:
+        raise ValueError("train: expected a checkpoint path to resume from, got none")
+
+    network: nn.Module = model
+    if context.is_distributed:
+        ids = [context.device.index] if context.device.type == "cuda" else None
+        network = DistributedDataParallel(model, device_ids=ids)
+
+    dataset = torch.utils.data.TensorDataset(data.train_images, data.train_labels)
+    sampler = DistributedSampler(
+        dataset, num_replicas=world, rank=rank, shuffle=True, seed=config.seed, drop_last=True
+    )
+    images, labels = data.train_images, data.train_labels
+    started, cpu_started = time.perf_counter(), time.process_time()
+    for epoch in range(start_epoch, config.epochs):
+        network.train()
+        sampler.set_epoch(epoch)
+        order = torch.tensor(list(sampler), dtype=torch.long)
+        bar = _progress(steps_per_epoch, f"epoch {epoch + 1}/{config.epochs}", config.progress and context.is_main)
+        totals = torch.zeros(3, dtype=torch.float64, device=context.device)  # loss sum, correct, count
+        for start in range(0, order.numel(), local_batch):
+            index = order[start : start + local_batch]
+            x = images[index].to(context.device)
+            y = labels[index].to(context.device)
+            logits = _logits(network(x))
+            loss = F.cross_entropy(logits, y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            with torch.no_grad():
+                totals += torch.stack(
+                    [loss.detach().double() * y.numel(), (logits.argmax(-1) == y).sum().double(),
+                     torch.tensor(float(y.numel()), dtype=torch.float64, device=context.device)]
+                )
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss.item():.3f}")
+        if bar is not None:
+            bar.close()
+        if context.is_distributed:
+            dist.all_reduce(totals)
+        summary = {
+            "epoch": float(epoch + 1),
+            "loss": float(totals[0] / totals[2]),
+            "train_accuracy": float(totals[1] / totals[2]),
+        }
+        history.append(summary)
+        if checkpoint is not None:
+            rng_states: list[Any] = [capture_rng_state()]
+            if context.is_distributed:
+                rng_states = [None] * world
+                dist.all_gather_object(rng_states, capture_rng_state())
+            if context.is_main:
+                save_checkpoint(
+                    checkpoint,
+                    {
+                        "model": model.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "scheduler": scheduler.state_dict(),
+                        "epoch": epoch + 1,
+                        "rng": rng_states,
+                        "config": asdict(config),
+                        "history": history,
+                    },
+                )
+            if context.is_distributed:
+                dist.barrier()
+        if on_epoch_end is not None:
+            on_epoch_end(epoch, summary)
+    model.eval()
+    return TrainResult(
+        model=model,
+        history=history,
+        start_epoch=start_epoch,
+        seconds=time.perf_counter() - started,
+        cpu_seconds=time.process_time() - cpu_started,
+    )

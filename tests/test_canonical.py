@@ -1,0 +1,233 @@
+"""Canonicalizers: arg-max over a finite group, polyphase anchoring, un-anchoring, APS / APS-U."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from groupattn.actions import GridField, TokenField
+from groupattn.canonical import (
+    AdaptivePolyphaseDownsample,
+    AdaptivePolyphaseUpsample,
+    ArgmaxCanonicalizer,
+    Canonicalized,
+    PolyphaseAnchor,
+    PolyphaseUnanchor,
+    argmax_with_margin,
+    polyphase_anchor,
+    polyphase_norms,
+    polyphase_unanchor,
+)
+from groupattn.contracts import Kind
+from groupattn.groups import CyclicGroup, DihedralGroup, GroupError, TorusTranslations
+from groupattn.testing import assert_equivariant, equivariance_error
+
+NORMS = ["l2", "l1", "max"]
+
+
+def _roll(x: torch.Tensor, shift: tuple[int, int]) -> torch.Tensor:
+    return torch.roll(x, shifts=shift, dims=(-2, -1))
+
+
+# ----------------------------------------------------------------------------- arg-max
+def test_argmax_with_margin_picks_best_and_lowest_on_tie() -> None:
+    scores = torch.tensor([[0.0, 3.0, 1.0], [2.0, 2.0, 1.0], [5.0, 5.0, 5.0]])
+    index, margin = argmax_with_margin(scores)
+    assert index.tolist() == [1, 0, 0]
+    assert margin.tolist() == [2.0, 0.0, 0.0]
+
+
+def test_argmax_with_margin_single_candidate_and_bad_shape() -> None:
+    index, margin = argmax_with_margin(torch.tensor([[1.0], [2.0]]))
+    assert index.tolist() == [0, 0] and torch.isinf(margin).all()
+    with pytest.raises(GroupError, match="argmax_with_margin: expected scores of shape"):
+        argmax_with_margin(torch.ones(3))
+
+
+@pytest.mark.parametrize("group", [CyclicGroup(4), DihedralGroup(4)], ids=["C4", "D4"])
+def test_argmax_canonicalizer_output_is_invariant_for_every_element(group) -> None:
+    weights = torch.randn(1, 1, 6, 6)
+
+    def score(x: torch.Tensor) -> torch.Tensor:
+        return (x * weights).sum(dim=(1, 2, 3))
+
+    canon = ArgmaxCanonicalizer(group, score)
+    x = torch.randn(3, 1, 6, 6)
+    reference = canon(x)
+    assert isinstance(reference, Canonicalized) and reference.frame.shape == (3,)
+    assert (reference.margin > 0).all()
+    for g in group.elements():
+        moved = canon(GridField().act(group, g, x))
+        assert torch.equal(moved.output, reference.output), g
+    contract = canon.contract(group)
+    assert contract.kind == Kind.CANONICALIZING
+    assert canon.contract(CyclicGroup(2)).kind == Kind.UNKNOWN
+
+
+def test_argmax_canonicalizer_errors() -> None:
+    with pytest.raises(GroupError, match="expected a finite group"):
+        ArgmaxCanonicalizer(object(), lambda x: x)  # type: ignore[arg-type]
+    canon = ArgmaxCanonicalizer(CyclicGroup(4), lambda x: x.sum(dim=(1, 2)))
+    with pytest.raises(GroupError, match="ArgmaxCanonicalizer: expected the score function to return shape"):
+        canon(torch.randn(2, 1, 4, 4))
+    with pytest.raises(GroupError, match="ArgmaxCanonicalizer: expected an image batch"):
+        canon(torch.randn(4, 4))
+
+
+# ----------------------------------------------------------------------------- anchoring
+@settings(max_examples=12)
+@given(
+    stride=st.integers(1, 4),
+    cells=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    norm=st.sampled_from(NORMS),
+    shift=st.tuples(st.integers(0, 11), st.integers(0, 11)),
+    seed=st.integers(0, 1000),
+)
+def test_anchoring_moves_only_by_multiples_of_the_stride(stride, cells, norm, shift, seed) -> None:
+    height, width = cells[0] * stride, cells[1] * stride
+    x = torch.randn(4, 3, height, width, generator=torch.Generator().manual_seed(seed))
+    shift = (shift[0] % height, shift[1] % width)
+    base = polyphase_anchor(x, stride, norm)
+    moved = polyphase_anchor(_roll(x, shift), stride, norm)
+    # g·x anchors to the anchored x rolled by t + phase(x) − phase(g·x), a multiple of s.
+    offset = torch.tensor(shift) + base.frame - moved.frame
+    assert (offset % stride == 0).all()
+    for b in range(x.shape[0]):
+        expected = _roll(base.output[b], (int(offset[b, 0]), int(offset[b, 1])))
+        assert torch.equal(moved.output[b], expected)
+    assert torch.equal(polyphase_unanchor(base.output, base.frame), x)
+
+
+@pytest.mark.parametrize("stride", [2, 4])
+def test_anchor_module_is_canonicalizing_with_strided_output_group(stride: int) -> None:
+    anchor = PolyphaseAnchor(stride, image_size=(8, 8))
+    group = TorusTranslations(8, 8)
+    contract = anchor.contract(group)
+    assert contract.kind == Kind.CANONICALIZING
+    assert contract.output_group == TorusTranslations(8 // stride, 8 // stride, stride=stride)
+    # Every element of the torus, compared up to the frame: exact (a pure permutation).
+    assert_equivariant(anchor, torch.randn(1, 2, 8, 8), group, exact=True)
+    # Shifts by multiples of s never change the phase: plain equivariance.
+    subgroup = TorusTranslations(8 // stride, 8 // stride, stride=stride)
+    assert anchor.contract(subgroup).kind == Kind.EQUIVARIANT
+    assert_equivariant(anchor, torch.randn(3, 2, 8, 8), subgroup, exact=True, up_to_frame=False)
+
+
+def test_unanchoring_is_frame_restoring_around_an_equivariant_map(float_dtype) -> None:
+    conv = torch.nn.Conv2d(2, 2, 3, padding=1, padding_mode="circular").to(float_dtype)
+    anchor, unanchor = PolyphaseAnchor(4), PolyphaseUnanchor()
+    assert unanchor.contract(TorusTranslations(8, 8)).kind == Kind.FRAME_RESTORING
+
+    def wrapped(x: torch.Tensor) -> torch.Tensor:
+        anchored = anchor(x)
+        return unanchor(conv(anchored.output), anchored.frame)
+
+    x = torch.randn(3, 2, 8, 8, dtype=float_dtype)
+    assert_equivariant(wrapped, x, TorusTranslations(8, 8), input_type=GridField(), output_type=GridField())
+
+
+def test_token_layout_matches_image_layout() -> None:
+    x = torch.randn(3, 5, 8, 12)
+    tokens = x.flatten(2).transpose(1, 2)
+    for norm in NORMS:
+        image = polyphase_anchor(x, 4, norm)
+        token = polyphase_anchor(tokens, 4, norm, grid=(8, 12))
+        assert torch.equal(image.frame, token.frame)
+        assert torch.equal(image.output.flatten(2).transpose(1, 2), token.output)
+        torch.testing.assert_close(polyphase_norms(x, 4, norm), polyphase_norms(tokens, 4, norm, (8, 12)))
+        assert torch.equal(polyphase_unanchor(token.output, token.frame, (8, 12)), tokens)
+    anchor = PolyphaseAnchor(2, grid=(8, 12))
+    assert anchor.contract(TorusTranslations(8, 12)).input_type == TokenField((8, 12))
+    assert_equivariant(anchor, tokens[:1], TorusTranslations(8, 12), exact=True)
+
+
+def test_polyphase_norms_match_the_definition() -> None:
+    x = torch.randn(2, 3, 6, 9)
+    norms = polyphase_norms(x, 3, "l2")
+    for py in range(3):
+        for px in range(3):
+            component = x[:, :, py::3, px::3].reshape(2, -1)
+            torch.testing.assert_close(norms[:, py * 3 + px], component.norm(dim=1))
+            torch.testing.assert_close(polyphase_norms(x, 3, "l1")[:, py * 3 + px], component.abs().sum(1))
+            assert torch.equal(polyphase_norms(x, 3, "max")[:, py * 3 + px], component.abs().amax(1))
+
+
+# ----------------------------------------------------------------------------- ties
+@pytest.mark.parametrize("norm", NORMS)
+def test_ties_are_deterministic_with_zero_margin(norm: str) -> None:
+    # Phases (0, 1) and (1, 0) hold the same multiset of integers (exact norms), larger
+    # than the other two phases: a two-way tie that the lowest phase index k = 1 wins.
+    x = torch.zeros(2, 1, 4, 4)
+    values = torch.tensor([[3.0, 1.0], [2.0, 2.0]])
+    x[:, 0, 0::2, 1::2] = values
+    x[:, 0, 1::2, 0::2] = values.flip(0)
+    x[:, 0, 0::2, 0::2] = 1.0
+    first = polyphase_anchor(x, 2, norm)
+    assert first.frame.tolist() == [[0, 1], [0, 1]]
+    assert first.margin.tolist() == [0.0, 0.0]
+    again = polyphase_anchor(x.clone(), 2, norm)
+    assert torch.equal(again.output, first.output) and torch.equal(again.frame, first.frame)
+    constant = polyphase_anchor(torch.ones(1, 2, 6, 6), 3, norm)
+    assert constant.frame.tolist() == [[0, 0]] and constant.margin.item() == 0.0
+    down = AdaptivePolyphaseDownsample(2, norm)(x)
+    assert down.frame.tolist() == [[0, 1], [0, 1]] and (down.margin == 0).all()
+
+
+# ----------------------------------------------------------------------------- APS / APS-U
+@pytest.mark.parametrize("stride", [2, 3])
+def test_aps_downsampling_maps_translations_onto_coarse_translations(stride: int) -> None:
+    size = 4 * stride
+    down = AdaptivePolyphaseDownsample(stride, image_size=(size, size))
+    group = TorusTranslations(size, size)
+    contract = down.contract(group)
+    assert contract.kind == Kind.CANONICALIZING and contract.output_group == TorusTranslations(4, 4)
+    x = torch.randn(3, 2, size, size)
+    result = down(x)
+    assert result.output.shape == (3, 2, 4, 4)
+    assert torch.equal(result.output, polyphase_anchor(x, stride).output[..., ::stride, ::stride])
+    report = equivariance_error(down, x[:1], group)
+    assert report.max_error == 0.0 and len(report.errors) == size * size
+
+
+@pytest.mark.parametrize("stride", [2, 4])
+def test_aps_up_after_down_moves_exactly_with_the_input(stride: int) -> None:
+    down, up = AdaptivePolyphaseDownsample(stride), AdaptivePolyphaseUpsample(stride)
+    assert up.contract(TorusTranslations(2, 2)).kind == Kind.FRAME_RESTORING
+
+    def round_trip(x: torch.Tensor) -> torch.Tensor:
+        result = down(x)
+        return up(result.output, result.frame)
+
+    x = torch.randn(3, 2, 8, 8)
+    y = round_trip(x)
+    keep = torch.zeros_like(x)
+    for b, (py, px) in enumerate(down(x).frame.tolist()):
+        keep[b, :, py::stride, px::stride] = 1.0
+    assert torch.equal(y, x * keep)
+    assert_equivariant(round_trip, x, TorusTranslations(8, 8), exact=True,
+                       input_type=GridField(), output_type=GridField())
+
+
+# ----------------------------------------------------------------------------- bad input
+def test_bad_input_errors() -> None:
+    with pytest.raises(GroupError, match="polyphase_norms: expected a grid divisible by stride 3, got 32x32"):
+        polyphase_anchor(torch.randn(1, 1, 32, 32), 3)
+    with pytest.raises(GroupError, match=r"expected an image batch \(B, C, H, W\), got a tensor of shape \(32, 32\)"):
+        PolyphaseAnchor(2)(torch.randn(32, 32))
+    with pytest.raises(GroupError, match="PolyphaseAnchor: expected a stride as an int >= 1, got 0"):
+        PolyphaseAnchor(0)
+    with pytest.raises(GroupError, match="expected norm 'l2', 'l1' or 'max', got 'l3'"):
+        PolyphaseAnchor(2, norm="l3")  # type: ignore[arg-type]
+    with pytest.raises(GroupError, match="PolyphaseAnchor: expected a grid divisible by stride 4, got 6x8"):
+        PolyphaseAnchor(4, grid=(6, 8))
+    with pytest.raises(GroupError, match=r"expected tokens \(B, N=64, C\) over a 8x8 grid"):
+        PolyphaseAnchor(2, grid=(8, 8))(torch.randn(2, 63, 4))
+    with pytest.raises(GroupError, match=r"polyphase_unanchor: expected an integer frame of shape \(2, 2\)"):
+        polyphase_unanchor(torch.randn(2, 1, 4, 4), torch.zeros(3, 2, dtype=torch.long))
+    with pytest.raises(GroupError, match="AdaptivePolyphaseDownsample: expected a grid divisible by stride 2, got 5x4"):
+        AdaptivePolyphaseDownsample(2)(torch.randn(1, 1, 5, 4))
+    with pytest.raises(GroupError, match="AdaptivePolyphaseUpsample: expected an integer frame"):
+        AdaptivePolyphaseUpsample(2)(torch.randn(2, 1, 4, 4), torch.zeros(2, 2))
+    assert PolyphaseAnchor(2).contract(CyclicGroup(4)).kind == Kind.UNKNOWN

@@ -1,0 +1,78 @@
+"""Every example runs (quick mode) and shows what it claims."""
+
+from __future__ import annotations
+
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def _run(name: str) -> Any:
+    """Load ``examples/<name>.py`` as a module and call its ``main(["--quick"])``."""
+    module = runpy.run_path(str(EXAMPLES / f"{name}.py"), run_name=f"example_{name}")
+    return module["main"](["--quick"])
+
+
+def test_every_example_is_tested() -> None:
+    tested = {"quickstart", "custom_group", "vit_digits", "gsa_rotated_digits", "checker_catches_broken"}
+    assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
+
+
+def test_quickstart_runs_as_a_script() -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "quickstart.py"), "--quick"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "verdict: invariant" in done.stdout
+    assert "verdict: broken" in done.stdout and "first break: patch_embed" in done.stdout
+    assert "model(shifted image) == model(image): True" in done.stdout
+
+
+def test_quickstart_numbers() -> None:
+    errors = _run("quickstart")
+    assert errors["equivariant ViT"] <= 1e-10
+    assert errors["baseline ViT"] > 1e-4
+
+
+def test_custom_group(capsys: pytest.CaptureFixture[str]) -> None:
+    errors = _run("custom_group")
+    assert errors["orbital"] <= 1e-10
+    assert errors["per_pair"] > 1e-3
+    assert "orbitals (4)" in capsys.readouterr().out
+
+
+def test_checker_catches_broken(capsys: pytest.CaptureFixture[str]) -> None:
+    verdicts = _run("checker_catches_broken")
+    assert verdicts == {
+        "conv positional encoding": "invariant",
+        "absolute positional encoding": "broken",
+        "residual across an anchoring": "broken",
+    }
+    out = capsys.readouterr().out
+    assert "first break: position" in out and "absolute positional encoding is not translation-invariant" in out
+    assert "different frames" in out
+
+
+def test_vit_digits() -> None:
+    results = _run("vit_digits")
+    equivariant, baseline = results["shift-equivariant ViT"], results["baseline ViT"]
+    assert equivariant["shift_consistency"] == 1.0
+    assert equivariant["equivariance_error"] <= 1e-10
+    assert baseline["equivariance_error"] > 1e-4
+
+
+def test_gsa_rotated_digits() -> None:
+    results = _run("gsa_rotated_digits")
+    (baseline_name, baseline), (name, equivariant) = results.items()
+    assert "baseline" in baseline_name and "p4" in name
+    assert equivariant["rotation_consistency"] == 1.0
+    assert equivariant["equivariance_error"] <= 1e-10
+    assert baseline["equivariance_error"] > 1e-8

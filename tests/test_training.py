@@ -1,0 +1,351 @@
+"""Training library: data, metrics, deterministic training, checkpoints, the train command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from training_helpers import FlattenBaseline, InvariantCNN, PixelwiseInvariant
+
+from groupattn.actions import GridField, InvariantField
+from groupattn.cli import main
+from groupattn.data import rotate_quarter_turns
+from groupattn.groups import CyclicGroup, DihedralGroup, GroupError, TorusTranslations, p4
+from groupattn.testing import assert_equivariant, equivariance_error
+from groupattn.training import (
+    DataError,
+    DistributedContext,
+    TrainConfig,
+    TrainingData,
+    accuracy,
+    accuracy_by_rotation,
+    accuracy_by_shift,
+    check_classifier,
+    evaluate,
+    load_checkpoint,
+    load_image_folder,
+    load_training_data,
+    resolve_group,
+    rotation_consistency,
+    save_checkpoint,
+    shift_consistency,
+    test_elements,
+    train,
+)
+from groupattn.training._command import build_model, parse_model_args
+
+SINGLE = DistributedContext()
+
+
+@pytest.fixture(scope="module")
+def small_digits() -> TrainingData:
+    return load_training_data("digits", limit=96)
+
+
+def _trained(data: TrainingData, epochs: int = 2, dropout: float = 0.0, **kwargs: object) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = InvariantCNN(dropout=dropout)
+    train(model, data, TrainConfig(epochs=epochs, batch_size=16, lr=1e-2, progress=False, **kwargs), SINGLE)  # type: ignore[arg-type]
+    return model
+
+
+# ---------------------------------------------------------------- the test models themselves
+def test_helper_models_are_what_the_tests_assume() -> None:
+    x = torch.rand(2, 1, 8, 8, dtype=torch.float64)
+    torus = TorusTranslations(8, 8)
+    assert_equivariant(InvariantCNN().double(), x, torus, elements=torus.sample(6, seed=1))
+    assert_equivariant(PixelwiseInvariant().double(), x, p4(8), elements=p4(8).sample(6, seed=1))
+    broken = equivariance_error(FlattenBaseline(side=8).double(), x, torus, elements=[(1, 0), (0, 3)])
+    assert broken.max_error > 1e-3
+
+
+# ---------------------------------------------------------------- data
+def test_digits_data_layout(small_digits: TrainingData) -> None:
+    assert small_digits.input_shape == (1, 32, 32)
+    assert small_digits.num_classes == 10
+    assert small_digits.train_images.shape[0] == 96
+    assert small_digits.test_images.shape[0] == 32
+    assert small_digits.train_labels.dtype == torch.long
+
+
+def test_from_tensors_split_is_seeded_and_disjoint() -> None:
+    images = torch.arange(40, dtype=torch.float32).reshape(40, 1, 1, 1).expand(40, 1, 2, 2).contiguous()
+    labels = torch.arange(40) % 4
+    a = TrainingData.from_tensors(images, labels, test_fraction=0.25, seed=5)
+    b = TrainingData.from_tensors(images, labels, test_fraction=0.25, seed=5)
+    assert torch.equal(a.test_images, b.test_images)
+    ids_train = set(a.train_images[:, 0, 0, 0].tolist())
+    ids_test = set(a.test_images[:, 0, 0, 0].tolist())
+    assert len(ids_test) == 10 and len(ids_train) == 30 and not ids_train & ids_test
+    assert a.num_classes == 4
+
+
+def test_training_data_rejects_bad_shapes() -> None:
+    with pytest.raises(DataError, match=r"TrainingData: expected train images of shape \(N, C, H, W\)"):
+        TrainingData(torch.zeros(4, 8, 8), torch.zeros(4), torch.zeros(2, 1, 8, 8), torch.zeros(2), ["a"])
+    with pytest.raises(DataError, match="expected 4 train labels"):
+        TrainingData(torch.zeros(4, 1, 8, 8), torch.zeros(3), torch.zeros(2, 1, 8, 8), torch.zeros(2), ["a"])
+    with pytest.raises(DataError, match="one shape"):
+        TrainingData(torch.zeros(4, 1, 8, 8), torch.zeros(4), torch.zeros(2, 1, 6, 6), torch.zeros(2), ["a"])
+    with pytest.raises(DataError, match="test_fraction"):
+        TrainingData.from_tensors(torch.zeros(4, 1, 2, 2), torch.zeros(4), test_fraction=1.5)
+    with pytest.raises(DataError, match="positive limit"):
+        load_training_data("digits").limited(0)
+
+
+def _write_png(path: Path, array: np.ndarray) -> None:
+    import matplotlib.image as mpimg
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mpimg.imsave(str(path), array, cmap="gray", vmin=0.0, vmax=1.0)
+
+
+def test_image_folder_layouts(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    for cls in ("cat", "dog"):
+        for k in range(4):
+            _write_png(tmp_path / "flat" / cls / f"{k}.png", rng.random((6, 6)))
+            _write_png(tmp_path / "split" / "train" / cls / f"{k}.png", rng.random((6, 6)))
+        _write_png(tmp_path / "split" / "test" / cls / "0.png", rng.random((6, 6)))
+    flat = load_image_folder(tmp_path / "flat", test_fraction=0.25)
+    assert flat.class_names == ["cat", "dog"]
+    assert flat.train_images.shape == (6, 1, 6, 6) and flat.test_images.shape == (2, 1, 6, 6)
+    assert 0.0 <= float(flat.train_images.min()) and float(flat.train_images.max()) <= 1.0
+    split = load_training_data(str(tmp_path / "split"))
+    assert split.train_images.shape == (8, 1, 6, 6) and split.test_labels.tolist() == [0, 1]
+    # the pixel values survive the round trip through PNG (8-bit grayscale)
+    original = rng.random((6, 6))
+    _write_png(tmp_path / "one" / "a" / "x.png", original)
+    _write_png(tmp_path / "one" / "a" / "y.png", original)
+    loaded = load_image_folder(tmp_path / "one", test_fraction=0.5)
+    assert np.abs(loaded.test_images[0, 0].numpy() - original).max() < 1.0 / 128
+
+
+def test_image_folder_errors(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="expected a directory"):
+        load_image_folder(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="one sub-folder per class"):
+        load_image_folder(tmp_path / "empty")
+    _write_png(tmp_path / "mixed" / "a" / "0.png", np.zeros((6, 6)))
+    _write_png(tmp_path / "mixed" / "b" / "1.png", np.zeros((5, 5)))
+    with pytest.raises(DataError, match="expected every image to be 6x6, got 5x5"):
+        load_image_folder(tmp_path / "mixed")
+    (tmp_path / "noimages" / "a").mkdir(parents=True)
+    with pytest.raises(DataError, match="expected image files"):
+        load_image_folder(tmp_path / "noimages")
+
+
+# ---------------------------------------------------------------- groups
+def test_resolve_group_names() -> None:
+    assert resolve_group("translations", (1, 32, 24)) == TorusTranslations(32, 24)
+    assert resolve_group("p4", (1, 16, 16)) == p4(16)
+    assert resolve_group("c4", (1, 8, 8)) == CyclicGroup(4)
+    assert resolve_group("d4", (1, 8, 8)) == DihedralGroup(4)
+    assert resolve_group(p4(8), (1, 3, 3)) == p4(8)
+    with pytest.raises(GroupError, match="resolve_group: expected one of"):
+        resolve_group("so3", (1, 8, 8))
+    with pytest.raises(GroupError, match="expected a square image for the group p4, got 8x6"):
+        resolve_group("p4", (1, 8, 6))
+    with pytest.raises(GroupError, match=r"expected an input shape \(C, H, W\)"):
+        resolve_group("p4", (8, 8))
+
+
+def test_test_elements_cover_small_groups_and_sample_large_ones() -> None:
+    assert len(test_elements(DihedralGroup(4))) == 8
+    torus = TorusTranslations(32, 32)
+    chosen = test_elements(torus, count=8)
+    assert set(torus.generators()) <= set(chosen)
+    assert len(chosen) == len(set(chosen)) >= 8
+
+
+# ---------------------------------------------------------------- metrics
+def test_consistency_metrics_separate_invariant_and_broken_models(small_digits: TrainingData) -> None:
+    x = small_digits.test_images
+    torch.manual_seed(0)
+    invariant, pixelwise, broken = InvariantCNN(), PixelwiseInvariant(), FlattenBaseline()
+    assert shift_consistency(invariant, x, max_shift=8) == 1.0
+    assert shift_consistency(broken, x, max_shift=8) < 1.0
+    assert rotation_consistency(pixelwise, x) == 1.0
+    by_rotation = accuracy_by_rotation(pixelwise, x, small_digits.test_labels)
+    assert list(by_rotation) == [0, 90, 180, 270] and len(set(by_rotation.values())) == 1
+    by_shift = accuracy_by_shift(invariant, x, small_digits.test_labels, distances=(0, 3, 16))
+    assert list(by_shift) == [0, 3, 16] and len(set(by_shift.values())) == 1
+
+
+def test_accuracy_counts_correct_predictions(small_digits: TrainingData) -> None:
+    model = PixelwiseInvariant()
+    logits = model(small_digits.test_images)
+    expected = float((logits.argmax(-1) == small_digits.test_labels).float().mean())
+    assert accuracy(model, small_digits.test_images, small_digits.test_labels, batch_size=7) == pytest.approx(expected)
+    fake_labels = logits.argmax(-1)
+    assert accuracy(model, small_digits.test_images, fake_labels) == 1.0
+
+
+@settings(max_examples=5)
+@given(k=st.integers(0, 3))
+def test_rotation_metric_matches_rotated_accuracy(k: int) -> None:
+    data = load_training_data("digits", limit=30)
+    torch.manual_seed(1)
+    model = InvariantCNN()
+    by_rotation = accuracy_by_rotation(model, data.test_images, data.test_labels)
+    direct = accuracy(model, rotate_quarter_turns(data.test_images, k), data.test_labels)
+    assert by_rotation[90 * k] == pytest.approx(direct)
+
+
+def test_evaluate_reports_every_metric(small_digits: TrainingData) -> None:
+    torch.manual_seed(0)
+    report = evaluate(PixelwiseInvariant(), small_digits.test_images, small_digits.test_labels, distances=(0, 8))
+    assert report.shift_consistency == 1.0 and report.rotation_consistency == 1.0
+    assert report.shifted_accuracy == pytest.approx(report.accuracy)
+    as_json = json.loads(json.dumps(report.as_dict()))
+    assert set(as_json["accuracy_by_shift"]) == {"0", "8"}
+    assert set(as_json["accuracy_by_rotation"]) == {"0", "90", "180", "270"}
+    rect = evaluate(PixelwiseInvariant(), torch.rand(4, 1, 8, 6), torch.zeros(4, dtype=torch.long))
+    assert np.isnan(rect.rotation_consistency) and rect.accuracy_by_rotation == {}
+
+
+# ---------------------------------------------------------------- equivariance check
+def test_check_classifier_measures_invariance(small_digits: TrainingData) -> None:
+    group = resolve_group("translations", small_digits.input_shape)
+    torch.manual_seed(0)
+    good = check_classifier(InvariantCNN(), small_digits.test_images[:3], group)
+    bad = check_classifier(FlattenBaseline(), small_digits.test_images[:3], group)
+    assert good.max_error <= 1e-5
+    assert bad.max_error > 1e-3
+    assert good.num_elements >= 8 and good.group == "T(32x32)"
+    rotations = check_classifier(InvariantCNN(), small_digits.test_images[:3], p4(32))
+    assert rotations.max_error > 1e-4  # the 3x3 kernel is not rotation-symmetric
+
+
+# ---------------------------------------------------------------- training
+def test_training_is_deterministic_and_learns(small_digits: TrainingData) -> None:
+    a, b = _trained(small_digits), _trained(small_digits)
+    for (name, p), q in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(p, q), name
+    torch.manual_seed(0)
+    model = InvariantCNN()
+    result = train(model, small_digits, TrainConfig(epochs=4, batch_size=16, lr=1e-2, progress=False), SINGLE)
+    assert [h["epoch"] for h in result.history] == [1.0, 2.0, 3.0, 4.0]
+    assert result.history[-1]["loss"] < result.history[0]["loss"]
+    c = _trained(small_digits, seed=1)
+    assert not torch.equal(c.head.weight, a.head.weight)  # the seed changes the data order
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _interrupt_after_first_epoch(epoch: int, summary: dict[str, float]) -> None:
+    raise _Interrupted
+
+
+@pytest.mark.parametrize(("schedule", "dropout"), [("cosine", 0.0), ("constant", 0.3)])
+def test_checkpoint_resume_gives_identical_parameters(
+    small_digits: TrainingData, tmp_path: Path, schedule: str, dropout: float
+) -> None:
+    straight = _trained(small_digits, epochs=2, dropout=dropout, schedule=schedule)
+    ckpt = tmp_path / "run.pt"
+    config = TrainConfig(
+        epochs=2, batch_size=16, lr=1e-2, schedule=schedule, progress=False, checkpoint=str(ckpt)
+    )
+    torch.manual_seed(0)
+    first = InvariantCNN(dropout=dropout)
+    with pytest.raises(_Interrupted):  # the run is killed after its first epoch
+        train(first, small_digits, config, SINGLE, on_epoch_end=_interrupt_after_first_epoch)
+    state = load_checkpoint(ckpt)
+    assert state["epoch"] == 1 and len(state["rng"]) == 1 and len(state["history"]) == 1
+    torch.manual_seed(123)  # a different initialisation and RNG state, both overwritten by the checkpoint
+    resumed = InvariantCNN(dropout=dropout)
+    config.resume = True
+    result = train(resumed, small_digits, config, SINGLE)
+    assert result.start_epoch == 1 and len(result.history) == 2
+    for (name, p), q in zip(straight.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(p, q), name
+    # the checkpoint really was used: one epoch alone differs from two
+    assert not torch.equal(first.head.weight, straight.head.weight)
+
+
+def test_resume_without_checkpoint_file_starts_fresh(small_digits: TrainingData, tmp_path: Path) -> None:
+    fresh = _trained(small_digits, epochs=1)
+    resumed = _trained(small_digits, epochs=1, checkpoint=str(tmp_path / "new.pt"), resume=True)
+    assert torch.equal(fresh.head.weight, resumed.head.weight)
+    assert (tmp_path / "new.pt").is_file()
+
+
+def test_training_errors(small_digits: TrainingData, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="expected epochs >= 0, batch_size >= 1 and lr > 0"):
+        TrainConfig(batch_size=0)
+    with pytest.raises(ValueError, match="optimizer 'adamw' or 'sgd', got 'lbfgs'"):
+        TrainConfig(optimizer="lbfgs")
+    with pytest.raises(ValueError, match="schedule"):
+        TrainConfig(schedule="step")
+    with pytest.raises(ValueError, match="batch size divisible by the 2 processes, got 15"):
+        train(InvariantCNN(), small_digits, TrainConfig(batch_size=15, progress=False), DistributedContext(world_size=2))
+    with pytest.raises(ValueError, match="checkpoint path to resume from"):
+        train(InvariantCNN(), small_digits, TrainConfig(resume=True, progress=False), SINGLE)
+    with pytest.raises(ValueError, match="does not exist"):
+        load_checkpoint(tmp_path / "none.pt")
+    torch.save({"weights": 1}, tmp_path / "foreign.pt")
+    with pytest.raises(ValueError, match="expected a groupattn checkpoint"):
+        load_checkpoint(tmp_path / "foreign.pt")
+    save_checkpoint(tmp_path / "deep" / "ok.pt", {"epoch": 0})
+    assert load_checkpoint(tmp_path / "deep" / "ok.pt")["epoch"] == 0
+
+
+def test_sgd_and_constant_schedule(small_digits: TrainingData) -> None:
+    torch.manual_seed(0)
+    model = InvariantCNN()
+    before = model.head.weight.clone()
+    config = TrainConfig(epochs=1, batch_size=32, lr=0.05, optimizer="sgd", schedule="constant", progress=False)
+    train(model, small_digits, config, SINGLE)
+    assert not torch.equal(before, model.head.weight)
+
+
+# ---------------------------------------------------------------- the command
+def test_parse_model_args() -> None:
+    assert parse_model_args(["channels=4", "name=abc", "flag=true"]) == {"channels": 4, "name": "abc", "flag": True}
+    with pytest.raises(ValueError, match="expected --model-arg KEY=VALUE, got 'depth'"):
+        parse_model_args(["depth"])
+
+
+def test_build_model_errors() -> None:
+    with pytest.raises(ValueError, match="MODULE:FACTORY to exist"):
+        build_model("no_such_module_xyz:factory")
+    with pytest.raises(ValueError, match="expected --model to be one of"):
+        build_model("no-such-model")
+    with pytest.raises(ValueError, match="to return a torch.nn.Module, got dict"):
+        build_model("builtins:dict")
+
+
+def test_train_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    summary = tmp_path / "summary.json"
+    ckpt = tmp_path / "cli.pt"
+    argv = ["train", "--model", "training_helpers:invariant_cnn", "--model-arg", "channels=4",
+            "--group", "translations", "--limit", "48", "--epochs", "1", "--batch-size", "16",
+            "--no-progress", "--checkpoint", str(ckpt), "--json", str(summary)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    for text in ("test accuracy", "shift consistency      100.00%", "rotation consistency", "equivariance error"):
+        assert text in out
+    payload = json.loads(summary.read_text())
+    assert payload["evaluation"]["shift_consistency"] == 1.0
+    assert payload["equivariance"]["max_error"] <= 1e-5
+    assert load_checkpoint(ckpt)["epoch"] == 1
+    assert main([*argv[:-4], "--epochs", "2", "--checkpoint", str(ckpt), "--resume"]) == 0
+    assert load_checkpoint(ckpt)["epoch"] == 2
+    assert "2 epochs" in capsys.readouterr().out
+
+
+def test_broken_model_summary_shows_the_break(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["train", "--model", "training_helpers:flatten_baseline", "--group", "translations",
+            "--limit", "32", "--epochs", "1", "--batch-size", "16", "--no-progress"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    error = float(out.split("equivariance error")[1].split()[0])
+    assert error > 1e-3
