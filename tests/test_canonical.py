@@ -16,9 +16,12 @@ from groupattn.canonical import (
     PolyphaseAnchor,
     PolyphaseUnanchor,
     argmax_with_margin,
+    gather_tokens,
     polyphase_anchor,
     polyphase_norms,
+    polyphase_phase,
     polyphase_unanchor,
+    shifted_token_index,
 )
 from groupattn.contracts import Kind
 from groupattn.groups import CyclicGroup, DihedralGroup, GroupError, TorusTranslations
@@ -152,6 +155,18 @@ def test_polyphase_norms_match_the_definition() -> None:
             torch.testing.assert_close(norms[:, py * 3 + px], component.norm(dim=1))
             torch.testing.assert_close(polyphase_norms(x, 3, "l1")[:, py * 3 + px], component.abs().sum(1))
             assert torch.equal(polyphase_norms(x, 3, "max")[:, py * 3 + px], component.abs().amax(1))
+
+
+def test_token_index_helpers_compose_a_roll_with_a_fixed_order() -> None:
+    grid = (4, 6)
+    tokens = torch.randn(3, 24, 5)
+    frame, margin = polyphase_phase(tokens, 2, "l2", grid)
+    anchored = polyphase_anchor(tokens, 2, "l2", grid)
+    assert torch.equal(frame, anchored.frame) and torch.equal(margin, anchored.margin)
+    rows, cols = torch.meshgrid(torch.arange(4), torch.arange(6), indexing="ij")
+    order = torch.randperm(24)  # any fixed token order
+    index = shifted_token_index(frame[:, 0], frame[:, 1], grid, rows.reshape(-1)[order], cols.reshape(-1)[order])
+    assert torch.equal(gather_tokens(tokens, index), anchored.output[:, order])
 
 
 # ----------------------------------------------------------------------------- ties

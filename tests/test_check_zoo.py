@@ -24,7 +24,11 @@ from groupattn.check import Verdict, certify, group_from_name
 from groupattn.contracts import Contract, register_contract
 from groupattn.groups import CyclicGroup, Group, TorusTranslations
 from groupattn.nn import GroupPooling
-from groupattn.positional import AbsolutePositionalEncoding, ClippedRelativeBias, ConvPositionalEncoding
+from groupattn.positional import (
+    AbsolutePositionalEncoding,
+    ClippedRelativeBias,
+    ConvPositionalEncoding,
+)
 
 
 def circ(cin: int, cout: int, k: int = 3) -> nn.Conv2d:

@@ -12,7 +12,13 @@ import torch
 import torch.multiprocessing as mp
 from training_helpers import InvariantCNN, ddp_worker
 
-from groupattn.training import DistributedContext, TrainConfig, load_checkpoint, load_training_data, train
+from groupattn.training import (
+    DistributedContext,
+    TrainConfig,
+    load_checkpoint,
+    load_training_data,
+    train,
+)
 
 # Stated tolerance: the two runs differ only in the summation order of the gradient
 # average (all-reduce of two half-batch means vs one full-batch mean).

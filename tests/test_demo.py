@@ -7,6 +7,8 @@ turn, whatever its weights — so the quick run (one short epoch) can assert the
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -19,22 +21,17 @@ EXPECTED_KEYS = {
     "model", "variant", "label", "group", "accuracy", "shifted_accuracy", "shift_consistency",
     "rotated_accuracy", "rotation_consistency", "accuracy_by_shift", "accuracy_by_rotation",
     "equivariance_error", "equivariance_group", "verdict", "verdict_detail", "parameters",
-    "train_seconds", "train_cpu_seconds",
+    "train_seconds", "train_cpu_seconds", "train_size", "epochs",
 }
 
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Path]:
     out = tmp_path_factory.mktemp("demo")
-    capture = out / "stdout.txt"
-    import contextlib
-    import io
-
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         code = main(["demo", "--quick", "--no-progress", "--json", str(out / "demo.json"), "--plot", str(out / "demo.png")])
     assert code == 0
-    capture.write_text(buffer.getvalue())
     return json.loads((out / "demo.json").read_text()), buffer.getvalue(), out / "demo.png"
 
 
@@ -51,7 +48,8 @@ def test_demo_json_structure(demo_run: tuple[dict, str, Path]) -> None:
             assert 0.0 <= row[key] <= 1.0
         assert set(row["accuracy_by_rotation"]) == {"0", "90", "180", "270"}
         assert set(row["accuracy_by_shift"]) == {"0", "8"}
-    assert results["train_size"] == 64 and results["test_size"] == 16
+    assert all(row["train_size"] == 64 and row["epochs"] == 1 for row in rows)
+    assert results["train_size"] == 1348 and results["test_size"] == 16
 
 
 def test_equivariant_models_are_consistent_and_certified(demo_run: tuple[dict, str, Path]) -> None:
@@ -74,7 +72,7 @@ def test_demo_prints_one_table(demo_run: tuple[dict, str, Path]) -> None:
     table = format_table(results)
     assert table in stdout
     header = table.splitlines()[0]
-    for column in ("clean acc", "shifted acc", "shift cons", "rotated acc", "rot cons", "max equiv err", "checker"):
+    for column in ("training", "clean acc", "shifted acc", "shift cons", "rotated acc", "rot cons", "max equiv err", "checker"):
         assert column in header
     assert len(table.splitlines()) == 2 + len(results["rows"])
     markdown = format_table(results, markdown=True)

@@ -69,3 +69,13 @@ def test_public_packages_are_listed() -> None:
     for name in ["groupattn.groups", "groupattn.actions", "groupattn.contracts", "groupattn.testing",
                  "groupattn.data", "groupattn.interop"]:
         assert name in modules
+
+
+def test_concept_page_code_runs() -> None:
+    source = (ROOT / "docs" / "concepts" / "groups.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", source, re.S)
+    assert len(blocks) >= 3
+    namespace: dict[str, object] = {}
+    for block in blocks:
+        exec(compile(block, "docs/concepts/groups.md", "exec"), namespace)
+    assert namespace["gset"].num_orbitals() == 4  # type: ignore[attr-defined]

@@ -275,3 +275,23 @@ def test_gset_action_law_is_exact(key: str, data: st.DataObject) -> None:
     assert torch.equal(pg[ph], gset.permutation(g * h))
     assert torch.equal(gset.permutation(gset.group.identity()), torch.arange(gset.num_points))
     assert torch.equal(torch.sort(pg).values, torch.arange(gset.num_points))
+
+
+def test_large_permutation_group_is_enumerated_at_most_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    n = 7
+    big = PermutationGroup([[1, 0, *range(2, n)], [(i + 1) % n for i in range(n)]], max_order=200, name="big")
+    calls = []
+    original = PermutationGroup._enumerate
+
+    def counting(self: PermutationGroup) -> list[tuple[int, ...]]:
+        calls.append(1)
+        return original(self)
+
+    monkeypatch.setattr(PermutationGroup, "_enumerate", counting)
+    gset = GSet.natural(big)
+    assert gset.num_orbitals() == 2 and gset.num_orbits() == 1
+    a, b = big.generators()
+    assert big.permutation(a * b) == tuple(a.value[i] for i in b.value)
+    assert len(calls) == 1  # the failed closure is remembered, not retried on every comparison
+    with pytest.raises(GroupError, match="max_order=200"):
+        big.elements()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import pytest
 import torch
 import torch.fx
@@ -11,6 +13,7 @@ from groupattn.actions import GridField, TokenField
 from groupattn.contracts import Kind
 from groupattn.groups import GroupError, TorusTranslations
 from groupattn.models import ShiftSwin, ShiftTwins, ShiftViT, create, get_spec, list_models
+from groupattn.nn import chain_contract
 from groupattn.testing import default_tolerance, equivariance_error
 
 NAMES = ["vit", "swin", "twins"]
@@ -80,14 +83,25 @@ def test_vit_variants_pooling_and_positional_encodings() -> None:
     assert "global attention bias: clipped" in (clipped.contract(IMAGE).reason or "")
 
 
+class _Features(nn.Sequential):
+    """A prefix of a model, with the composed contract of its parts."""
+
+    def __init__(self, parts: list[tuple[str, nn.Module]]) -> None:
+        super().__init__(OrderedDict(parts))
+
+    def contract(self, group, input_type=None):
+        return chain_contract(list(self.named_children()), group, input_type)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_feature_maps_move_with_the_input_up_to_the_frame(name: str) -> None:
     model = create(name).eval()
-    features = nn.Sequential(*list(model.children())[:-3])  # everything before norm, pool, head
-    grid = model.pool.grid
+    features = _Features(list(model.named_children())[:-3])  # everything before norm, pool, head
+    contract = features.contract(IMAGE)
+    assert contract.kind == Kind.CANONICALIZING and contract.output_type == TokenField(model.pool.grid)
+    assert contract.output_group == TorusTranslations(*model.pool.grid)
     report = equivariance_error(
-        features, torch.randn(1, 1, 32, 32), IMAGE, elements=[(1, 0), (0, 1), (3, 7), (16, 31)],
-        input_type=GridField(), output_type=TokenField(grid), up_to_frame=True,
+        features, torch.randn(2, 1, 32, 32), IMAGE, elements=[(1, 0), (0, 1), (3, 7), (16, 31)]
     )
     assert report.max_error <= 1e-5
 

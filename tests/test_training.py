@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from training_helpers import FlattenBaseline, InvariantCNN, PixelwiseInvariant
 
-from groupattn.actions import GridField, InvariantField
 from groupattn.cli import main
 from groupattn.data import rotate_quarter_turns
 from groupattn.groups import CyclicGroup, DihedralGroup, GroupError, TorusTranslations, p4
@@ -124,6 +123,19 @@ def test_image_folder_layouts(tmp_path: Path) -> None:
     _write_png(tmp_path / "one" / "a" / "y.png", original)
     loaded = load_image_folder(tmp_path / "one", test_fraction=0.5)
     assert np.abs(loaded.test_images[0, 0].numpy() - original).max() < 1.0 / 128
+
+
+def test_image_folder_without_pillow_uses_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "PIL" else real_find_spec(name, *a))
+    original = np.random.default_rng(3).random((5, 7))
+    _write_png(tmp_path / "one" / "a" / "x.png", original)
+    _write_png(tmp_path / "one" / "a" / "y.png", original)
+    loaded = load_image_folder(tmp_path / "one", test_fraction=0.5)
+    assert loaded.input_shape == (1, 5, 7)
+    assert np.abs(loaded.train_images[0, 0].numpy() - original).max() < 1.0 / 128
 
 
 def test_image_folder_errors(tmp_path: Path) -> None:
@@ -319,7 +331,7 @@ def test_build_model_errors() -> None:
         build_model("no_such_module_xyz:factory")
     with pytest.raises(ValueError, match="expected --model to be one of"):
         build_model("no-such-model")
-    with pytest.raises(ValueError, match="to return a torch.nn.Module, got dict"):
+    with pytest.raises(ValueError, match=r"to return a torch\.nn\.Module, got dict"):
         build_model("builtins:dict")
 
 

@@ -92,7 +92,13 @@ def ddp_worker(rank: int, world_size: int, port: int, out_dir: str, config_kwarg
          "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank)}
     )
     torch.set_num_threads(1)
-    from groupattn.training import TrainConfig, load_training_data, setup_distributed, teardown_distributed, train
+    from groupattn.training import (
+        TrainConfig,
+        load_training_data,
+        setup_distributed,
+        teardown_distributed,
+        train,
+    )
 
     context = setup_distributed("cpu")
     try:

@@ -9,7 +9,7 @@ import torch
 
 from ..groups import Group, GroupError, PermutationGroup, PointGroup
 from ._representations import Representation
-from ._spatial import embed_point_element, spatial_element, transform_grid
+from ._spatial import check_grid_size, embed_point_element, spatial_element, transform_grid
 
 __all__ = [
     "FieldType",
@@ -97,6 +97,7 @@ class GridField(FieldType):
 
     def act(self, group: Group, g: Any, x: torch.Tensor) -> torch.Tensor:
         self.check(x)
+        check_grid_size(group, x.shape[-2], x.shape[-1], "GridField")
         y = transform_grid(x, spatial_element(group, g), "GridField")
         return _apply_channels(self.channels, group, g, y, 1)
 
@@ -143,6 +144,7 @@ class LiftedField(FieldType):
     def act(self, group: Group, g: Any, x: torch.Tensor) -> torch.Tensor:
         self.check(x)
         se = spatial_element(group, g)
+        check_grid_size(group, x.shape[-2], x.shape[-1], "LiftedField")
         y = transform_grid(x, se, "LiftedField")
         if se.point is not None:
             y = y.index_select(2, self.group_axis_permutation(group, g).to(x.device))

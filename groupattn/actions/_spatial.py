@@ -24,6 +24,7 @@ from ..groups import (
 __all__ = [
     "SpatialElement",
     "act_on_coordinates",
+    "check_grid_size",
     "embed_point_element",
     "point_group_of",
     "spatial_element",
@@ -109,6 +110,30 @@ def embed_point_element(h: GroupElement, target: PointGroup, module: str = "grou
     raise GroupError(
         f"{module}: expected an acting point group contained in {target.name}, got {src.name}"
     )
+
+
+def check_grid_size(group: Group, height: int, width: int, module: str = "groupattn") -> None:
+    """Raise if a finite translation group does not match the grid it acts on.
+
+    ``TorusTranslations(h, w, stride=s)`` acts on ``(h·s) × (w·s)`` grids and a finite
+    roto-translation group ``T ⋊ H`` of side ``n`` on ``n × n`` grids; the infinite
+    groups (``GridTranslations``, point groups) act on any size.
+
+    Raises
+    ------
+    GroupError
+        Naming ``module``, the expected and the actual grid size.
+    """
+    expected: tuple[int, int] | None = None
+    if isinstance(group, TorusTranslations):
+        expected = (group.height * group.stride, group.width * group.stride)
+    elif isinstance(group, RotoTranslationGroup) and group.size is not None:
+        expected = (group.size, group.size)
+    if expected is not None and expected != (height, width):
+        raise GroupError(
+            f"{module}: expected a {expected[0]}x{expected[1]} grid for {group.name}, "
+            f"got {height}x{width}"
+        )
 
 
 def transform_grid(x: torch.Tensor, element: SpatialElement, module: str = "groupattn") -> torch.Tensor:

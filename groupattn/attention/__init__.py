@@ -11,12 +11,12 @@ from ._window import WindowAttention
 __all__ = [
     "AttentionPooling",
     "GlobalSelfAttention",
+    "GroupSelfAttention",
+    "LiftingSelfAttention",
     "MeanPooling",
     "SpatialReductionAttention",
     "WindowAttention",
     "attend",
-    "GroupSelfAttention",
-    "LiftingSelfAttention",
-    "resolve_point_group",
     "make_relative_bias",
+    "resolve_point_group",
 ]

@@ -55,6 +55,8 @@ class GlobalSelfAttention(nn.Module):
     bias is constant on the translation orbitals (``"circulant"`` or no bias), *breaks*
     otherwise (``"clipped"``), naming the bias.
 
+    Shapes: ``(B, prefix + h·w, C) → (B, prefix + h·w, C)``.
+
     Parameters
     ----------
     dim
@@ -67,8 +69,6 @@ class GlobalSelfAttention(nn.Module):
         ``"circulant"``, ``"clipped"``, ``None`` or a bias module (see :func:`make_relative_bias`).
     prefix
         Leading non-grid tokens (class token), which attend and are attended to with bias 0.
-
-    Shapes: ``(B, prefix + h·w, C) → (B, prefix + h·w, C)``.
     """
 
     def __init__(

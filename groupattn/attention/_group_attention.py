@@ -6,7 +6,6 @@ import math
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
@@ -27,8 +26,10 @@ from ..positional._group import (
     GroupPositionalEncoding,
     OrbitalTableEncoding,
     RelativeGeometry,
+    WindowTiling,
     check_grid,
     relative_geometry,
+    window_tiling,
 )
 from ._kernel import attend
 
@@ -106,11 +107,13 @@ class _RotoTranslationAttention(nn.Module):
             )
         elif encoding == "continuous":
             self.encoding = ContinuousGroupEncoding(
-                self.point_group, num_heads, vector_channels, additive, hidden=encoding_hidden
+                self.point_group, num_heads, vector_channels, additive, hidden=encoding_hidden, lifting=self.lifting
             )
         else:
             raise GroupError(f"{name}: expected encoding 'table' or 'continuous', got {encoding!r}")
         self._bias_cache: tuple[Any, torch.Tensor | None] | None = None
+        self.max_tile = 2  # tile side cap of local attention (see WindowTiling)
+        self._tile_cache: dict[tuple[int, int], tuple[WindowTiling, torch.Tensor, torch.Tensor]] = {}
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -149,20 +152,75 @@ class _RotoTranslationAttention(nn.Module):
         """``x`` ``(..., C)`` → q, k, v ``(..., heads·d)``."""
         return self.qkv(x).chunk(3, dim=-1)  # type: ignore[return-value]
 
-    @staticmethod
-    def _gather_windows(tokens: torch.Tensor, geometry: RelativeGeometry) -> torch.Tensor:
-        """Neighbourhood rows of channels-last tokens: ``(B, N, ...)`` → ``(B, N, k², ...)``.
+    def _tile_indices(self, geometry: RelativeGeometry) -> tuple[WindowTiling, torch.Tensor, torch.Tensor]:
+        """Cached per shape: the tiling, the outside-window mask ``(P·G, S·G_key)`` and the
+        table entry of every (tile query, halo key) pair ``(P·G, S·G_key)``."""
+        key = (geometry.height, geometry.width)
+        if key not in self._tile_cache:
+            assert self.neighbourhood is not None
+            tiling = window_tiling(
+                geometry.height, geometry.width, self.neighbourhood, geometry.circular, self.max_tile
+            )
+            window = tiling.window  # (P, S)
+            outside = window < 0
+            clamped = window.clamp(min=0)
+            g = self.point_group.order()
+            if self.lifting:
+                entries = geometry.index[:, clamped]  # (G, P, S)
+                entries = entries.permute(1, 0, 2).reshape(-1, window.shape[1])
+                mask = outside[:, None, :].expand(-1, g, -1).reshape(-1, window.shape[1])
+            else:
+                entries = geometry.index[:, clamped, :]  # (G, P, S, G)
+                entries = entries.permute(1, 0, 2, 3).reshape(window.shape[0] * g, -1)
+                mask = outside[:, None, :, None].expand(-1, g, -1, g).reshape(window.shape[0] * g, -1)
+            self._tile_cache[key] = (tiling, mask.contiguous(), entries.contiguous())
+        return self._tile_cache[key]
 
-        One ``index_select`` with the cached circular neighbour index (planar geometries
-        point out-of-grid positions at an appended zero token).
+    def _local_attention(
+        self,
+        qkv: torch.Tensor,
+        geometry: RelativeGeometry,
+        bias: torch.Tensor | None,
+        vectors: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Local attention by tiles with halos (see :class:`~groupattn.positional.WindowTiling`).
+
+        ``qkv``: ``(B, N, G_key, 3, heads, d)`` channels-last tokens (``G_key = 1`` for
+        lifting, whose queries are shared by all output slices). Returns
+        ``(B, N, G, heads·d)``.
         """
-        neighbours = geometry.neighbours
-        assert neighbours is not None
-        b, n = tokens.shape[:2]
+        b, g_key = qkv.shape[0], qkv.shape[2]
+        heads, d = self.num_heads, self.head_channels
+        g = self.point_group.order()
+        tiling, outside, entries = self._tile_indices(geometry)
+        tiles, p = tiling.queries.shape
+        device = qkv.device
+        kv = qkv[:, :, :, 1:]
         if not geometry.circular:
-            tokens = torch.cat([tokens, tokens.new_zeros(b, 1, *tokens.shape[2:])], dim=1)
-        picked = tokens.index_select(1, neighbours.reshape(-1).to(tokens.device))
-        return picked.view(b, n, neighbours.shape[1], *tokens.shape[2:])
+            kv = torch.cat([kv, kv.new_zeros(b, 1, *kv.shape[2:])], dim=1)
+        s = tiling.halo.shape[1]
+        kv = kv.index_select(1, tiling.halo.reshape(-1).to(device)).view(b, tiles, s, g_key, 2, heads, d)
+        k = kv[:, :, :, :, 0].permute(0, 1, 4, 2, 3, 5).reshape(b * tiles, heads, s * g_key, d)
+        v = kv[:, :, :, :, 1].permute(0, 1, 4, 2, 3, 5).reshape(b * tiles, heads, s * g_key, d)
+        q = qkv[:, :, :, 0].index_select(1, tiling.queries.reshape(-1).to(device)).view(b, tiles, p, g_key, heads, d)
+        q = q.expand(b, tiles, p, g, heads, d).permute(0, 1, 4, 2, 3, 5).reshape(b * tiles, heads, p * g, d)
+        window = geometry.neighbourhood * geometry.neighbourhood  # type: ignore[operator]
+        mask = torch.zeros(outside.shape, dtype=q.dtype, device=device).masked_fill(outside.to(device), float("-inf"))
+        logits_bias = mask[None, None]
+        if bias is not None:
+            # bias: (heads, G, k²) lifting or (heads, G, k², G) group -> tile layout
+            local = bias.reshape(heads, g, window, -1)
+            clamped = tiling.window.clamp(min=0).to(device)
+            tile_bias = local[:, :, clamped, :]  # (heads, G, P, S, G_key)
+            tile_bias = tile_bias.permute(0, 2, 1, 3, 4).reshape(1, heads, p * g, s * g_key)
+            logits_bias = logits_bias + tile_bias
+        if vectors is not None:
+            qv = torch.einsum("bepd,ted->bept", q, vectors.to(q.dtype)) / math.sqrt(d)
+            pos = qv.gather(-1, entries.to(device).expand(b * tiles, heads, p * g, s * g_key))
+            logits_bias = logits_bias + pos
+        out = attend(q, k, v, logits_bias, module=type(self).__name__)  # (B·tiles, heads, P·G, d)
+        out = out.view(b, tiles, heads, p, g, d).permute(0, 1, 3, 4, 2, 5).reshape(b, tiles * p, g, heads * d)
+        return out.index_select(1, tiling.untile.to(device))
 
     def _check_input(self, x: torch.Tensor) -> None:
         name = type(self).__name__
@@ -312,22 +370,8 @@ class GroupSelfAttention(_RotoTranslationAttention):
             out = attend(q, k, v, logits_bias, module="GroupSelfAttention")
             out = rearrange(out, "b e (g n) d -> b g n (e d)", g=g)
         else:
-            window = self.neighbourhood * self.neighbourhood
             qkv = self.qkv(rearrange(x, "b c g y x -> b (y x) g c")).view(b, n, g, 3, heads, d)
-            kv = self._gather_windows(qkv[:, :, :, 1:], geometry)  # (B, N, k², G, 2, heads, d)
-            # keys in (window, group) order; all reshapes below are views
-            k = kv[:, :, :, :, 0].permute(0, 1, 4, 2, 3, 5).reshape(b * n, heads, window * g, d)
-            v = kv[:, :, :, :, 1].permute(0, 1, 4, 2, 3, 5).reshape(b * n, heads, window * g, d)
-            q = qkv[:, :, :, 0].permute(0, 1, 3, 2, 4).reshape(b * n, heads, g, d)
-            logits_bias = None if bias is None else bias.reshape(1, heads, g, g * window)
-            if vectors is not None:
-                qv = torch.einsum("begd,ted->begt", q, vectors.to(q.dtype)) * scale
-                index = geometry.index.reshape(g, g * window).to(x.device)
-                pos = qv.gather(-1, index.expand(q.shape[0], heads, g, g * window))
-                logits_bias = pos if logits_bias is None else logits_bias + pos
-            out = attend(q, k, v, logits_bias, module="GroupSelfAttention")
-            out = rearrange(out, "(b n) e g d -> b n g (e d)", b=b)
-            out = self.proj(out)
+            out = self.proj(self._local_attention(qkv, geometry, bias, vectors))  # (B, N, G, C)
             return rearrange(out, "b (y x) g c -> b c g y x", y=height)
         out = self.proj(out)
         return rearrange(out, "b g (y x) c -> b c g y x", y=height)

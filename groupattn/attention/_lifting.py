@@ -73,19 +73,8 @@ class LiftingSelfAttention(_RotoTranslationAttention):
             out = attend(queries, k, v, logits_bias, module="LiftingSelfAttention")
             out = rearrange(out, "b e (g n) d -> b g n (e d)", g=g)
         else:
-            window = self.neighbourhood * self.neighbourhood
-            qkv = self.qkv(tokens).view(b, n, 3, heads, d)
-            kv = self._gather_windows(qkv[:, :, 1:], geometry)  # (B, N, k², 2, heads, d)
-            k = kv[:, :, :, 0].permute(0, 1, 3, 2, 4).reshape(b * n, heads, window, d)
-            v = kv[:, :, :, 1].permute(0, 1, 3, 2, 4).reshape(b * n, heads, window, d)
-            q = qkv[:, :, 0].reshape(b * n, heads, d)
-            queries = q.unsqueeze(2).expand(b * n, heads, g, d)
-            logits_bias = None if bias is None else bias.reshape(1, heads, g, window)
-            if vectors is not None:
-                qv = torch.einsum("bed,ted->bet", q, vectors.to(q.dtype)) * scale  # (B·N, heads, T)
-                pos = qv[:, :, geometry.index.to(x.device)]  # (B·N, heads, G, k²)
-                logits_bias = pos if logits_bias is None else logits_bias + pos
-            out = attend(queries, k, v, logits_bias, module="LiftingSelfAttention")
-            out = rearrange(out, "(b n) e g d -> b g n (e d)", b=b)
+            qkv = self.qkv(tokens).view(b, n, 1, 3, heads, d)
+            out = self.proj(self._local_attention(qkv, geometry, bias, vectors))  # (B, N, G, C)
+            return rearrange(out, "b (y x) g c -> b c g y x", y=height)
         out = self.proj(out)
         return rearrange(out, "b g (y x) c -> b c g y x", y=height)

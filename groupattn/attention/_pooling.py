@@ -31,14 +31,14 @@ class MeanPooling(nn.Module):
     Contract: *invariant* under every permutation of the grid tokens, in particular
     ``TorusTranslations(h, w)``.
 
+    Shapes: ``(B, prefix + h·w, C) → (B, C)``.
+
     Parameters
     ----------
     grid
         Token grid ``(h, w)``.
     prefix
         Leading non-grid tokens to skip.
-
-    Shapes: ``(B, prefix + h·w, C) → (B, C)``.
     """
 
     def __init__(self, grid: tuple[int, int], prefix: int = 0) -> None:
@@ -66,6 +66,8 @@ class AttentionPooling(nn.Module):
     permutation of the keys and values. Contract: *invariant* under
     ``TorusTranslations(h, w)``.
 
+    Shapes: ``(B, prefix + h·w, C) → (B, C)``.
+
     Parameters
     ----------
     dim
@@ -78,8 +80,6 @@ class AttentionPooling(nn.Module):
         Number of learned queries.
     prefix
         Leading non-grid tokens to skip.
-
-    Shapes: ``(B, prefix + h·w, C) → (B, C)``.
     """
 
     def __init__(

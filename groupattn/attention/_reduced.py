@@ -32,6 +32,8 @@ class SpatialReductionAttention(nn.Module):
     Contract under ``TorusTranslations(h, w)``: *equivariant* when anchored (or
     ``reduction = 1``); otherwise *breaks*.
 
+    Shapes: ``(B, h·w, C) → (B, h·w, C)``.
+
     Parameters
     ----------
     dim
@@ -50,8 +52,6 @@ class SpatialReductionAttention(nn.Module):
         Apply a ``LayerNorm`` to the tokens inside the layer (use instead of the block's
         pre-norm), so that the phase is chosen from the un-normalised tokens (the
         polyphase L2 norms of LayerNorm-ed tokens nearly tie).
-
-    Shapes: ``(B, h·w, C) → (B, h·w, C)``.
     """
 
     def __init__(

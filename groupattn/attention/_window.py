@@ -35,6 +35,8 @@ class WindowAttention(nn.Module):
     way. The within-window bias (default: Swin's clipped relative bias) does not matter
     for this: anchored windows move as a whole.
 
+    Shapes: ``(B, h·w, C) → (B, h·w, C)``.
+
     Parameters
     ----------
     dim
@@ -59,8 +61,6 @@ class WindowAttention(nn.Module):
         pre-norm). The phase is then chosen from the un-normalised residual stream:
         after a LayerNorm every token has nearly the same L2 norm, so the polyphase
         norms of normalised tokens nearly tie and the anchoring would be fragile.
-
-    Shapes: ``(B, h·w, C) → (B, h·w, C)``.
     """
 
     window_rows: torch.Tensor

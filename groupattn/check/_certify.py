@@ -6,7 +6,7 @@ import contextlib
 import copy
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
@@ -149,6 +149,18 @@ def certify(
                 cert.output_frame = out.frame.describe()
     elif status != UNKNOWN and not isinstance(out, TensorSym):
         cert.reason = "the model's output is not a traced tensor"
+    if cert.certified:
+        with _evaluation(model), torch.no_grad():
+            first, second = model(example_input), model(example_input)
+        if not _same_outputs(first, second):
+            cert.verdict, cert.output_type, cert.output_group, cert.output_frame = Verdict.BROKEN, None, None, None
+            cert.first_break = BreakInfo(
+                output_node,
+                "output",
+                "the model's output differs between two evaluations on the same input: it draws random numbers "
+                "(possibly in an expression torch.fx traced as a constant)",
+                [prop.input_node, output_node],
+            )
     if cert.verdict == Verdict.UNVERIFIED and not cert.reason:
         bad = [r for r in records if r.status == "unverified" and r.name in relevant]
         cert.reason = (
@@ -157,6 +169,16 @@ def certify(
     if verify:
         cert = _with_verification(cert, model, example_input, elements)
     return cert
+
+
+def _same_outputs(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and bool(torch.equal(a, b) or (a.isnan().any() and torch.equal(a.nan_to_num(), b.nan_to_num())))
+    if isinstance(a, tuple | list) and isinstance(b, tuple | list) and len(a) == len(b):
+        return all(_same_outputs(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
+        return all(_same_outputs(a[k], b[k]) for k in a)
+    return True
 
 
 def _with_verification(cert: Certificate, model: nn.Module, x: torch.Tensor, elements: Iterable[Any] | None) -> Certificate:
@@ -183,7 +205,7 @@ def _with_verification(cert: Certificate, model: nn.Module, x: torch.Tensor, ele
 class _OnGroup(FieldType):
     """A field type acted on through another group: element values are carried over."""
 
-    inner: FieldType = GridField()
+    inner: FieldType = field(default_factory=GridField)
     target: Group | None = None
 
     def act(self, group: Group, g: Any, x: torch.Tensor) -> torch.Tensor:
@@ -313,7 +335,8 @@ def verify(
         if isinstance(out, Canonicalized):
             n = int((out.margin == 0).sum())
             if n:
-                ties[names.get(module, type(module).__name__)] = ties.get(names.get(module, ""), 0) + n
+                key = names.get(module, type(module).__name__)
+                ties[key] = ties.get(key, 0) + n
 
     names = {m: n or type(m).__name__ for n, m in work.named_modules()}
     handles = [m.register_forward_hook(hook) for m in work.modules()]
@@ -339,7 +362,7 @@ def verify(
         tol,
         dtype,
         bool(up_to_frame),
-        [f"{k}: {v} tied sample(s)" for k, v in ties.items()],
+        [f"{k}: {v} tied sample(s) over all evaluations" for k, v in ties.items()],
         out_field.describe(),
     )
 

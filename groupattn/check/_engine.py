@@ -19,7 +19,7 @@ from ..canonical import Canonicalized
 from ..contracts import ContractError, Kind, contract_of, registered_contract
 from ..contracts import _contract as _contract_module
 from ..groups import Group
-from . import _torch_contracts  # noqa: F401  (registers the rules)
+from . import _torch_contracts
 from ._layout import describe_layout, field_from_layout, invariant_layout, layout_from_field
 from ._rules import Call, has_module_rule, rule_for
 from ._symbols import (
@@ -198,6 +198,7 @@ class _Propagator:
             for src in node.all_input_nodes:
                 self.graph.add_edge(self.prefix + src.name, name)
             if node.op == "placeholder":
+                value: Any
                 try:
                     value, sym = next(placeholders)
                 except StopIteration:
@@ -239,13 +240,14 @@ class _Propagator:
             if isinstance(value, torch.Tensor):
                 return TensorSym(layout=invariant_layout(tuple(value.shape)), constant=True), None, "constant"
             return StaticSym(value=value), None, None
-        module = gm.get_submodule(node.target) if node.op == "call_module" else None
+        module = gm.get_submodule(str(node.target)) if node.op == "call_module" else None
         target = module if module is not None else node.target
         call = Call(name, target, module, tuple(args), dict(kwargs), tuple(sargs), dict(skwargs), value)
         inputs = [v for v in _leaves((sargs, skwargs)) if isinstance(v, Sym)]
         status = _combined_status(inputs)
         try:
             sym = self._apply(gm, node, call, inputs)
+            _check_shapes(call, sym, value)
             problem, origin = None, None
         except Breaks as err:
             sym, problem, origin = _blank(value, BROKEN), str(err), "break"
@@ -300,14 +302,14 @@ class _Propagator:
         ):
             if not tensors:
                 if isinstance(value, torch.Tensor):
+                    _torch_contracts.check_not_random(call, node.op)
                     rule = rule_for(node.op, call.target)
                     if rule is not None and node.op == "call_function":
                         return rule(call)
                     origin = call.module if call.module is not None and _declares_contract(call.module) else None
                     return TensorSym(layout=invariant_layout(tuple(value.shape)), constant=True, origin=origin)
                 return _symbolize_invariant(value, True, None) if isinstance(value, tuple | list) else StaticSym(value=value)
-            if node.op == "call_function" and rule_for(node.op, node.target) is _torch_contracts._random:
-                raise Breaks(f"{call.label} draws random numbers, which do not move with the input")
+            _torch_contracts.check_not_random(call, node.op)
             result = _symbolize_invariant(value, all(t.constant for t in tensors), tensors[0].group)
             origins = {id(t.origin): t.origin for t in tensors if t.origin is not None}
             if len(origins) == 1 and isinstance(result, TensorSym):
@@ -347,6 +349,8 @@ class _Propagator:
         if x.layout is None:
             raise Unverifiable(f"{call.label}: the layout of its input is unknown")
         in_field = field_from_layout(x.layout, x.group)
+        if x.group is None:
+            raise Unverifiable(f"{call.label}: no acting group")
         try:
             contract = contract_of(target, x.group, in_field)
         except (ContractError, ValueError) as err:
@@ -370,7 +374,9 @@ class _Propagator:
             main = main[0]
         if not isinstance(main, torch.Tensor):
             raise Unverifiable(f"{call.label}: expected a tensor output, got {type(main).__name__}")
-        out_group = contract.output_group or x.group
+        out_group: Group | None = contract.output_group or x.group
+        if kind != Kind.FRAME_RESTORING:
+            self._same_frames(call, tensors)
         if kind == Kind.INVARIANT:
             return _symbolize_invariant(value, False, x.group)
         if kind == Kind.FRAME_RESTORING:
@@ -381,6 +387,11 @@ class _Propagator:
                 if not x.invariant and x.frame != frame:
                     raise Breaks(
                         f"{call.label} restores {describe_frame(frame)} but its input is in {describe_frame(x.frame)}"
+                    )
+                if frame.out_group is not None and x.group != frame.out_group:
+                    raise Unverifiable(
+                        f"{call.label} restores {describe_frame(frame)}, but the group acting on its input changed "
+                        f"since then ({frame.out_group.name} -> {getattr(x.group, 'name', '?')}, e.g. a strided layer)"
                     )
                 new_frame, out_group = frame.parent, contract.output_group or frame.group
             elif isinstance(frame_arg, TensorSym) and frame_arg.invariant:
@@ -395,7 +406,7 @@ class _Propagator:
         frame = self._same_frames(call, tensors)
         if kind == Kind.CANONICALIZING:
             self.frame_count[0] += 1
-            new = Frame(f"F{self.frame_count[0]}", call.name, frame, x.group)
+            new = Frame(f"F{self.frame_count[0]}", call.name, frame, x.group, out_group)
             return self._wrap(call, contract, main, value, out_group, new, new)
         return self._wrap(call, contract, main, value, out_group, frame, None)
 
@@ -497,6 +508,22 @@ class _Propagator:
         target = _target_name(node, self.gm)
         self.records[name] = NodeRecord(name, node.op, target, status, desc, reason, group)
         self.graph.nodes[name].update(status=status, op=node.op, target=target, description=desc, reason=reason or "")
+
+
+def _check_shapes(call: Call, sym: Any, value: Any) -> None:
+    """A safety net: every tracked layout must match the concrete output's shape."""
+    if isinstance(sym, TensorSym) and sym.layout is not None:
+        if not isinstance(value, torch.Tensor):
+            raise Unverifiable(f"{call.label}: expected a tensor output, got {type(value).__name__}")
+        sizes = tuple(math.prod(a.size for a in d) for d in sym.layout)
+        if sizes != tuple(value.shape):
+            raise Unverifiable(
+                f"{call.label}: the checker's layout {describe_layout(sym.layout)} does not match the output "
+                f"shape {tuple(value.shape)}"
+            )
+    elif isinstance(sym, TupleSym) and isinstance(value, tuple | list) and len(value) == len(sym.items):
+        for item, v in zip(sym.items, value):
+            _check_shapes(call, item, v)
 
 
 def _blank(value: Any, status: str) -> Any:

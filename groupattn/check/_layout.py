@@ -140,7 +140,7 @@ def _channel_atoms(channels: Any, size: int) -> Dim | None:
         n = channels.group.order()
         if channels.dim != size:
             return None
-        return tuple(a for a in (Atom("C", channels.multiplicity), Atom("K", n)) if a.size != 1)
+        return tuple(a for a in (Atom("C", channels.multiplicity), Atom("K", int(n or 1))) if a.size != 1)
     return None
 
 
@@ -288,6 +288,20 @@ def probe_layout(layout: Layout, source: torch.Tensor, group: Group | None) -> P
         if not torch.equal(seq.cpu(), pattern):
             return ProbeResult(None, None, f"reorders the {name} axis ({a.kind}{a.size})")
         placed[d].append((run, a))
+    # unmoved coordinates of the source must not depend on where the moved atoms are
+    for a, stride in zip(atoms, strides):
+        if a.size == 1 or moves(a, group):
+            continue
+        coord = torch.div(source, stride, rounding_mode="floor") % a.size
+        for d, entries in placed.items():
+            for run, m in entries:
+                outer = out_shape[d] // (run * m.size)
+                blocks = coord.unflatten(d, (outer, m.size, run))
+                if not bool((blocks == blocks.narrow(d + 1, 0, 1)).all()):
+                    return ProbeResult(
+                        None, None,
+                        f"selects channels depending on the position along the {_AXIS_NAMES.get(m.kind, m.kind)} axis",
+                    )
     dims: list[Dim] = []
     for d, size in enumerate(out_shape):
         fill = "B" if d == 0 and layout and layout[0] and layout[0][0].kind == "B" else "C"

@@ -41,6 +41,7 @@ class Frame:
     node: str
     parent: Frame | None
     group: Group | None = field(compare=False, default=None)
+    out_group: Group | None = field(compare=False, default=None)
 
     def describe(self) -> str:
         return f"frame {self.tag} (chosen by {self.node})"

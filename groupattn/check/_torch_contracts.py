@@ -19,8 +19,10 @@ import math
 import operator
 from typing import Any
 
+import einops
 import torch
 import torch.nn.functional as F
+from einops.layers.torch import Rearrange
 from torch import nn
 
 from ..actions import FieldType, GridField, InvariantField, TokenField, point_group_of
@@ -127,7 +129,7 @@ def broadcast(call: Call, operands: list[TensorSym], out_shape: tuple[int, ...],
     for d in range(ndim):
         chosen: Dim | None = None
         chosen_moving = False
-        for s, layout in padded:
+        for _operand, layout in padded:
             dim = layout[d]
             if math.prod(a.size for a in dim) == 1 and out_shape[d] != 1:
                 continue  # broadcast along d: constant along it, fine
@@ -190,7 +192,15 @@ _POINTWISE_MODULES = (
 )
 
 
+_DROPOUT_FUNCTIONS = (F.dropout, F.dropout2d, F.alpha_dropout, F.feature_alpha_dropout)
+
+
 def _pointwise(call: Call) -> Sym:
+    if call.target in _DROPOUT_FUNCTIONS:
+        p = call.arg(1, "p", 0.5)[0]
+        training = call.arg(2, "training", True)[0]
+        if training and p:
+            raise Breaks(f"{call.label} with training=True draws a random mask, which does not move with the input")
     x = _first(call)
     out = _out_tensor(call)
     if call.module is not None and isinstance(call.module, nn.PReLU) and call.module.num_parameters > 1:
@@ -218,6 +228,7 @@ _POINTWISE_FUNCTIONS = [
     F.hardtanh, F.sigmoid, F.tanh, F.dropout, F.softmax, F.log_softmax, F.normalize,
     torch.relu, torch.tanh, torch.sigmoid, torch.exp, torch.log, torch.sqrt, torch.rsqrt,
     torch.abs, torch.sin, torch.cos, torch.neg, torch.square, torch.clamp, torch.softmax,
+    F.alpha_dropout, F.dropout2d, F.feature_alpha_dropout,
     torch.log_softmax, torch.erf, torch.sign, torch.reciprocal, torch.log1p, torch.expm1,
     torch.nan_to_num, torch.clone, torch.detach, operator.neg, operator.pos, abs,
 ]
@@ -315,16 +326,14 @@ method_rule(
 )(_movement)
 module_rule(nn.Flatten, nn.Unflatten)(_movement)
 
-import einops  # a core dependency; its functions are traced as leaves
-from einops.layers.torch import Rearrange
-
+# einops is a core dependency; its functions are traced as leaves
 function_rule(einops.rearrange, einops.repeat)(_movement)
 module_rule(Rearrange)(_movement)
 
 
 @function_rule(torch.cat, torch.concat, torch.concatenate)
 def _cat(call: Call) -> Sym:
-    tensors_sym = call.sargs[0] if call.sargs else call.skwargs.get("tensors")
+    tensors_sym = call.sargs[0] if call.sargs else call.skwargs.get("tensors", ())
     dim = call.args[1] if len(call.args) > 1 else call.kwargs.get("dim", 0)
     syms = [s for s in tensors_sym if isinstance(s, TensorSym)]
     if len(syms) != len(tensors_sym):
@@ -345,7 +354,7 @@ def _cat(call: Call) -> Sym:
                 "the pieces do not move together"
             )
     rest = [
-        TensorSym(layout=tuple(s.layout[:d]) + ((),) + tuple(s.layout[d + 1:]), group=s.group, frame=s.frame, constant=s.constant)  # type: ignore[index]
+        TensorSym(layout=(*tuple(s.layout[:d]), (), *tuple(s.layout[d + 1:])), group=s.group, frame=s.frame, constant=s.constant)  # type: ignore[index]
         for s in syms
     ]
     shape = tuple(1 if i == d else n for i, n in enumerate(out.shape))
@@ -404,9 +413,9 @@ def _matmul_syms(call: Call, a: TensorSym, b: TensorSym, out_shape: tuple[int, .
     merged = broadcast(call, [ba, bb], batch_shape, what)
     group = a.group if not a.invariant else b.group
     frame = a.frame if not a.invariant else b.frame
-    layout = tuple(merged.layout) + (la[-2], lb[-1])  # type: ignore[arg-type]
+    layout = (*merged.layout, la[-2], lb[-1])  # type: ignore[misc]
     if len(a.layout) == 1:
-        layout = layout[:-2] + (layout[-1],)
+        layout = (*layout[:-2], layout[-1])
     if len(b.layout) == 1:
         layout = layout[:-1]
     return TensorSym(layout=layout, group=group, frame=frame, constant=a.constant and b.constant)
@@ -453,7 +462,7 @@ def _channel_last(call: Call, x: TensorSym, out_features: int, what: str) -> Ten
             f"{what} mixes positions of the {_axis_words(kinds)} ({describe_layout((last,))}) with fixed weights: "
             "the spatial grid was flattened into channels"
         )
-    return _like(x, tuple(x.layout[:-1]) + (channel_dim(out_features),))  # type: ignore[index]
+    return _like(x, (*tuple(x.layout[:-1]), channel_dim(out_features)))  # type: ignore[index]
 
 
 @module_rule(nn.Linear, nn.Bilinear)
@@ -465,14 +474,15 @@ def _linear(call: Call) -> Sym:
         for s in syms:
             _channel_last(call, s, 1, "Bilinear")
         y = broadcast(call, [TensorSym(layout=s.layout[:-1], group=s.group, frame=s.frame) for s in syms], tuple(_out_tensor(call).shape[:-1]), "Bilinear combines")  # type: ignore[index]
-        return _like(y, tuple(y.layout) + (channel_dim(module.out_features),))  # type: ignore[arg-type]
-    return _channel_last(call, x, module.out_features, "Linear")  # type: ignore[union-attr]
+        return _like(y, (*tuple(y.layout), channel_dim(module.out_features)))  # type: ignore[arg-type]
+    assert isinstance(module, nn.Linear)
+    return _channel_last(call, x, module.out_features, "Linear")
 
 
 @module_rule(nn.Embedding)
 def _embedding(call: Call) -> Sym:
     x = _first(call)
-    return _like(x, tuple(x.layout) + (channel_dim(call.module.embedding_dim),))  # type: ignore[union-attr, arg-type]
+    return _like(x, (*tuple(x.layout), channel_dim(call.module.embedding_dim)))  # type: ignore[union-attr, arg-type]
 
 
 @function_rule(F.embedding)
@@ -481,7 +491,7 @@ def _embedding_function(call: Call) -> Sym:
     syms = call.tensor_syms()
     if len(syms) > 1 and not syms[1].invariant:
         raise Unverifiable("F.embedding: the table moves with the group")
-    return _like(x, tuple(x.layout) + (channel_dim(_out_tensor(call).shape[-1]),))  # type: ignore[arg-type]
+    return _like(x, (*tuple(x.layout), channel_dim(_out_tensor(call).shape[-1])))  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------------------- convolutions and pooling
@@ -825,6 +835,8 @@ def _mha(call: Call) -> Sym:
         raise Breaks("MultiheadAttention: keys and values are laid out over different token axes")
     for mask_name, index in (("attn_mask", 5), ("key_padding_mask", 3)):
         mask = call.arg(index, mask_name)[1]
+        if isinstance(mask, TensorSym) and not mask.invariant:
+            raise Unverifiable(f"MultiheadAttention: a {mask_name} that moves with the input is not tracked")
         if isinstance(mask, TensorSym) and mask.invariant and mask.layout is not None:
             if any(math.prod(a.size for a in d) > 1 for d in mask.layout) and (
                 _moving_kinds(q.layout[token], q.group) or _moving_kinds(k.layout[token], k.group)
@@ -832,7 +844,7 @@ def _mha(call: Call) -> Sym:
                 raise Breaks(f"MultiheadAttention: a fixed {mask_name} over token positions (e.g. a causal or window mask) does not move with the tokens")
     if bool(call.kwargs.get("is_causal", False)):
         raise Breaks("MultiheadAttention: a causal mask depends on absolute token positions")
-    out = _like(q, tuple(q.layout[:-1]) + (channel_dim(m.embed_dim),))
+    out = _like(q, (*tuple(q.layout[:-1]), channel_dim(m.embed_dim)))
     weights_layout = (q.layout[batch], q.layout[token], k.layout[token])
     weights = TensorSym(layout=weights_layout, group=q.group, frame=q.frame)
     return TupleSym(items=(out, weights))
@@ -843,10 +855,12 @@ def _sdpa(call: Call) -> Sym:
     q, k, v = (call.arg(i, n)[1] for i, n in enumerate(("query", "key", "value")))
     if not all(isinstance(s, TensorSym) and s.layout is not None for s in (q, k, v)):
         raise Unverifiable("scaled_dot_product_attention: query, key or value is not traced")
+    if call.arg(4, "dropout_p", 0.0)[0]:
+        raise Breaks("scaled_dot_product_attention with dropout_p > 0 draws a random mask, which does not move with the input")
     out = _out_tensor(call)
     qv = call.arg(0, "query")[0]
     kv = call.arg(1, "key")[0]
-    score_shape = tuple(torch.broadcast_shapes(qv.shape[:-2], kv.shape[:-2])) + (qv.shape[-2], kv.shape[-2])
+    score_shape = (*tuple(torch.broadcast_shapes(qv.shape[:-2], kv.shape[:-2])), qv.shape[-2], kv.shape[-2])
     scores = _matmul_syms(call, q, _transpose_last(k), score_shape, "scaled_dot_product_attention")
     mask = call.arg(3, "attn_mask")[1]
     if isinstance(mask, TensorSym):
@@ -891,9 +905,22 @@ def _uniform_like(call: Call) -> Sym:
     return TensorSym(layout=invariant_layout(tuple(out.shape)), constant=True)
 
 
-@function_rule(torch.randn, torch.rand, torch.randint, torch.randn_like, torch.rand_like, torch.randperm, torch.bernoulli, torch.normal, torch.multinomial)
+@function_rule(torch.randn, torch.rand, torch.randint, torch.randn_like, torch.rand_like, torch.randint_like, torch.randperm, torch.bernoulli, torch.normal, torch.multinomial, torch.poisson)
+@method_rule("normal_", "uniform_", "random_", "bernoulli", "bernoulli_", "exponential_", "geometric_", "cauchy_", "log_normal_", "multinomial")
 def _random(call: Call) -> Sym:
     raise Breaks(f"{call.label} draws random numbers, which do not move with the input")
+
+
+def check_not_random(call: Call, op: str) -> None:
+    """Raise :class:`Breaks` for a call that draws random numbers (even on invariant inputs)."""
+    from ._rules import rule_for
+
+    if op in ("call_function", "call_method") and rule_for(op, call.target) is _random:
+        _random(call)
+    if op == "call_function" and call.target in _DROPOUT_FUNCTIONS:
+        p = call.arg(1, "p", 0.5)[0]
+        if call.arg(2, "training", True)[0] and p:
+            raise Breaks(f"{call.label} with training=True draws a random mask, which does not move with the input")
 
 
 # ----------------------------------------------------------------------------- registered contracts

@@ -82,14 +82,19 @@ class PermutationGroup(FiniteGroup):
         self.max_order = max_order
         self.name = name or f"Perm({degree}; {len(self._generators)} generators)"
         self._known_order: int | None = None
+        self._too_large = False
 
     def key(self) -> Hashable:
         return (self.degree, frozenset(self._values()) if self._closure_small() else tuple(self._generators))
 
     def _closure_small(self) -> bool:
+        # remembered: a group past max_order is not re-enumerated on every comparison
+        if self._too_large:
+            return False
         try:
             self._values()
         except GroupError:
+            self._too_large = True
             return False
         return True
 

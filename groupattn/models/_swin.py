@@ -26,6 +26,8 @@ class ShiftSwin(ShiftTransformer):
     Contract: equivariant — *invariant* under ``TorusTranslations(H, W)``; baseline —
     *breaks*, naming the patch embedding.
 
+    Shapes: ``(B, in_channels, H, W) → (B, num_classes)``.
+
     Parameters
     ----------
     equivariant
@@ -42,8 +44,6 @@ class ShiftSwin(ShiftTransformer):
         MLP width ratio.
     bias
         Within-window bias: ``"clipped"`` (Swin), ``"circulant"`` or ``None``.
-
-    Shapes: ``(B, in_channels, H, W) → (B, num_classes)``.
     """
 
     def __init__(

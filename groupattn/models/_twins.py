@@ -28,6 +28,8 @@ class ShiftTwins(ShiftTransformer):
     Contract: equivariant — *invariant* under ``TorusTranslations(H, W)``; baseline —
     *breaks*, naming the patch embedding.
 
+    Shapes: ``(B, in_channels, H, W) → (B, num_classes)``.
+
     Parameters
     ----------
     equivariant
@@ -41,8 +43,6 @@ class ShiftTwins(ShiftTransformer):
         heads, local window size and spatial-reduction ratio.
     mlp_ratio
         MLP width ratio.
-
-    Shapes: ``(B, in_channels, H, W) → (B, num_classes)``.
     """
 
     def __init__(

@@ -29,6 +29,8 @@ class ShiftViT(ShiftTransformer):
     Contract: equivariant — *invariant* under ``TorusTranslations(H, W)``; baseline —
     *breaks*, naming the first offending part (the patch embedding).
 
+    Shapes: ``(B, in_channels, H, W) → (B, num_classes)``.
+
     Parameters
     ----------
     equivariant
@@ -47,8 +49,6 @@ class ShiftViT(ShiftTransformer):
     bias
         Relative bias of the attention: ``"circulant"`` / ``"clipped"`` / ``None``;
         defaults to circulant (equivariant) or clipped (baseline).
-
-    Shapes: ``(B, in_channels, H, W) → (B, num_classes)``.
     """
 
     def __init__(

@@ -82,6 +82,8 @@ class TransformerBlock(nn.Module):
     the MLP are token-wise. If the attention layer has ``pre_norm=True`` it normalises
     its own input and the block's first norm is the identity.
 
+    Shapes: ``(B, N, dim) → (B, N, dim)``.
+
     Parameters
     ----------
     dim
@@ -90,8 +92,6 @@ class TransformerBlock(nn.Module):
         The token-mixing layer, ``(B, N, dim) → (B, N, dim)``, declaring a contract.
     mlp_ratio
         Hidden width of the MLP relative to ``dim``.
-
-    Shapes: ``(B, N, dim) → (B, N, dim)``.
     """
 
     def __init__(self, dim: int, attention: nn.Module, mlp_ratio: float = 2.0) -> None:

@@ -7,7 +7,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..actions import FieldType, GridField, InvariantField, LiftedField, embed_point_element, point_group_of
+from ..actions import (
+    FieldType,
+    GridField,
+    InvariantField,
+    LiftedField,
+    embed_point_element,
+    point_group_of,
+)
 from ..attention._group_attention import GroupSelfAttention, resolve_point_group
 from ..contracts import Contract
 from ..groups import Group, GroupError, PointGroup, RotoTranslationGroup, TorusTranslations

@@ -9,7 +9,14 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
-from ..actions import GridField, LiftedField, SpatialElement, embed_point_element, point_group_of, transform_grid
+from ..actions import (
+    GridField,
+    LiftedField,
+    SpatialElement,
+    embed_point_element,
+    point_group_of,
+    transform_grid,
+)
 from ..attention._group_attention import resolve_point_group
 from ..contracts import Contract
 from ..groups import Group, GroupError, PointGroup, TorusTranslations

@@ -22,14 +22,14 @@ class ClassToken(nn.Module):
     whose bias treats it the same from every position it stays invariant. Contract:
     *equivariant* from ``TokenField(grid)`` to ``TokenField(grid, prefix=1)``.
 
+    Shapes: ``(B, h·w, dim) → (B, 1 + h·w, dim)``.
+
     Parameters
     ----------
     dim
         Token width.
     grid
         Token grid ``(h, w)``.
-
-    Shapes: ``(B, h·w, dim) → (B, 1 + h·w, dim)``.
     """
 
     def __init__(self, dim: int, grid: tuple[int, int]) -> None:
@@ -56,12 +56,12 @@ class ClassTokenReadout(nn.Module):
     Contract: *invariant* — prefix tokens of a :class:`~groupattn.actions.TokenField` do
     not move.
 
+    Shapes: ``(B, 1 + h·w, C) → (B, C)``.
+
     Parameters
     ----------
     grid
         Token grid ``(h, w)`` behind the class token.
-
-    Shapes: ``(B, 1 + h·w, C) → (B, C)``.
     """
 
     def __init__(self, grid: tuple[int, int]) -> None:

@@ -28,6 +28,8 @@ class PatchMerging(nn.Module):
     ``TorusTranslations(h/2, w/2)``; plain — *breaks*. Under shifts by even offsets both
     are *equivariant*.
 
+    Shapes: ``(B, h·w, dim) → (B, h/2 · w/2, out_dim)``.
+
     Parameters
     ----------
     dim
@@ -40,8 +42,6 @@ class PatchMerging(nn.Module):
         Anchor before merging (the equivariant variant).
     norm
         Norm of the polyphase anchoring.
-
-    Shapes: ``(B, h·w, dim) → (B, h/2 · w/2, out_dim)``.
     """
 
     merge_rows: torch.Tensor

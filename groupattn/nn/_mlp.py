@@ -20,6 +20,8 @@ class MLP(nn.Module):
     Contract: *equivariant* under any group that permutes tokens (input type = output
     type; by default ``TokenField(grid, prefix=prefix)``).
 
+    Shapes: ``(B, N, dim) → (B, N, out_dim)``.
+
     Parameters
     ----------
     dim
@@ -30,8 +32,6 @@ class MLP(nn.Module):
         Output width (``dim`` by default).
     grid, prefix
         Token layout stated in the contract.
-
-    Shapes: ``(B, N, dim) → (B, N, out_dim)``.
     """
 
     def __init__(

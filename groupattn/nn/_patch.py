@@ -37,6 +37,8 @@ class PatchEmbedding(nn.Module):
     move with shifts that are not multiples of ``p``). Under
     ``TorusTranslations(H/p, W/p, stride=p)`` both are *equivariant* onto the token grid.
 
+    Shapes: ``(B, in_channels, H, W) → (B, H/p · W/p, dim)``.
+
     Parameters
     ----------
     in_channels
@@ -51,8 +53,6 @@ class PatchEmbedding(nn.Module):
         Anchor before embedding (the equivariant variant).
     norm
         Norm of the polyphase anchoring.
-
-    Shapes: ``(B, in_channels, H, W) → (B, H/p · W/p, dim)``.
     """
 
     def __init__(

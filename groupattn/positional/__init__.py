@@ -5,8 +5,10 @@ from ._group import (
     GroupPositionalEncoding,
     OrbitalTableEncoding,
     RelativeGeometry,
+    WindowTiling,
     point_group_tables,
     relative_geometry,
+    window_tiling,
 )
 from ._translation import (
     AbsolutePositionalEncoding,
@@ -26,4 +28,6 @@ __all__ = [
     "RelativeGeometry",
     "point_group_tables",
     "relative_geometry",
+    "WindowTiling",
+    "window_tiling",
 ]

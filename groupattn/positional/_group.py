@@ -30,8 +30,10 @@ __all__ = [
     "GroupPositionalEncoding",
     "OrbitalTableEncoding",
     "RelativeGeometry",
+    "WindowTiling",
     "point_group_tables",
     "relative_geometry",
+    "window_tiling",
 ]
 
 
@@ -456,6 +458,8 @@ class ContinuousGroupEncoding(GroupPositionalEncoding):
         As for :class:`GroupPositionalEncoding`.
     hidden
         Width of the MLP's hidden layer.
+    lifting
+        For lifting layers (no relative group element, no group embedding).
     """
 
     def __init__(
@@ -465,17 +469,93 @@ class ContinuousGroupEncoding(GroupPositionalEncoding):
         vector_channels: int = 0,
         additive: bool = True,
         hidden: int = 16,
+        lifting: bool = False,
     ) -> None:
         super().__init__(num_heads, vector_channels, additive)
         self.point_group = point_group
+        self.lifting = lifting
         self.mlp = nn.Sequential(nn.Linear(2, hidden), nn.GELU(), nn.Linear(hidden, self.out_features))
-        self.group_embedding = nn.Parameter(torch.randn(point_group.order(), self.out_features) * 0.02)
+        self.group_embedding = (
+            None if lifting else nn.Parameter(torch.randn(point_group.order(), self.out_features) * 0.02)
+        )
 
     def entry_values(self, geometry: RelativeGeometry) -> torch.Tensor:
         weight = self.mlp[0].weight
         coords = (geometry.spatial_offsets / geometry.scale).to(dtype=weight.dtype, device=weight.device)
         spatial = self.mlp(coords)  # (S, F)
-        if geometry.lifting:
+        if geometry.lifting != self.lifting:
+            kind = "lifting" if self.lifting else "group"
+            raise GroupError(f"ContinuousGroupEncoding: expected a {kind} geometry, got the other kind")
+        if self.group_embedding is None:
             return spatial
         table = spatial[:, None, :] + self.group_embedding[None, :, :]  # (S, |H|, F)
         return table.reshape(-1, self.out_features)
+
+
+@dataclass(frozen=True, eq=False)
+class WindowTiling:
+    """Tiles of a grid with their halos, for batched local (``k × k``) attention.
+
+    Local attention is computed tile by tile: the queries of a ``ty × tx`` tile attend
+    to the ``(ty + k − 1) × (tx + k − 1)`` halo around it, with keys outside each query's
+    own window masked out. Every query still sees exactly its ``k²`` window positions
+    (once each, as ``k`` is at most the grid side), so the result equals per-pixel local
+    attention; the attention kernel gets a few large problems instead of one tiny
+    problem per pixel.
+
+    Attributes
+    ----------
+    tile
+        ``(ty, tx)``, dividing the grid.
+    queries
+        ``(tiles, ty·tx)``: pixel index of each tile's queries (row-major in the tile).
+    untile
+        ``(N,)``: position of pixel ``i`` in the flattened ``queries``.
+    halo
+        ``(tiles, S)``: pixel index of each halo position (``N`` for an out-of-grid
+        position of a planar geometry, a zero token).
+    window
+        ``(ty·tx, S)``: the window offset (row of the ``k × k`` window, row-major) of
+        each (query, halo position) pair, or ``-1`` outside the query's window.
+    """
+
+    tile: tuple[int, int]
+    queries: torch.Tensor
+    untile: torch.Tensor
+    halo: torch.Tensor
+    window: torch.Tensor
+
+
+def _tile_side(side: int, limit: int) -> int:
+    return max(t for t in range(1, min(side, limit) + 1) if side % t == 0)
+
+
+@lru_cache(maxsize=64)
+def window_tiling(height: int, width: int, neighbourhood: int, circular: bool, max_tile: int = 8) -> WindowTiling:
+    """The cached :class:`WindowTiling` of a grid (tile sides: largest divisors ≤ ``max_tile``)."""
+    k = neighbourhood
+    r = k // 2
+    ty, tx = _tile_side(height, max_tile), _tile_side(width, max_tile)
+    hy, hx = ty + k - 1, tx + k - 1
+    tiles_y, tiles_x = height // ty, width // tx
+    ay = torch.arange(tiles_y).repeat_interleave(tiles_x)  # (tiles,)
+    ax = torch.arange(tiles_x).repeat(tiles_y)
+    qy, qx = torch.meshgrid(torch.arange(ty), torch.arange(tx), indexing="ij")
+    qy, qx = qy.reshape(-1), qx.reshape(-1)
+    queries = (ay[:, None] * ty + qy[None]) * width + (ax[:, None] * tx + qx[None])  # (tiles, ty·tx)
+    untile = torch.empty(height * width, dtype=torch.long)
+    untile[queries.reshape(-1)] = torch.arange(height * width)
+    uy, ux = torch.meshgrid(torch.arange(hy), torch.arange(hx), indexing="ij")
+    uy, ux = uy.reshape(-1), ux.reshape(-1)
+    py = ay[:, None] * ty + uy[None] - r  # (tiles, S)
+    px = ax[:, None] * tx + ux[None] - r
+    if circular:
+        halo = (py % height) * width + (px % width)
+    else:
+        inside = (py >= 0) & (py < height) & (px >= 0) & (px < width)
+        halo = torch.where(inside, py * width + px, torch.full_like(py, height * width))
+    dy = uy[None, :] - qy[:, None] - r  # (ty·tx, S)
+    dx = ux[None, :] - qx[:, None] - r
+    inside_window = (dy.abs() <= r) & (dx.abs() <= r)
+    window = torch.where(inside_window, (dy + r) * k + (dx + r), torch.full_like(dy, -1))
+    return WindowTiling((ty, tx), queries.contiguous(), untile, halo.contiguous(), window.contiguous())

@@ -190,6 +190,8 @@ class AbsolutePositionalEncoding(nn.Module):
     Contract: *breaks* under translations — "absolute positional encoding is not
     translation-invariant".
 
+    Shapes: ``(B, prefix + h·w, C) → (B, prefix + h·w, C)``.
+
     Parameters
     ----------
     dim
@@ -200,8 +202,6 @@ class AbsolutePositionalEncoding(nn.Module):
         Leading non-grid tokens (they get their own embedding too).
     init_std
         Standard deviation of the normal initialisation.
-
-    Shapes: ``(B, prefix + h·w, C) → (B, prefix + h·w, C)``.
     """
 
     def __init__(self, dim: int, grid: tuple[int, int], prefix: int = 0, init_std: float = 0.02) -> None:
@@ -234,6 +234,8 @@ class ConvPositionalEncoding(nn.Module):
     ``"zeros"`` (the usual baseline) the border breaks it (contract: *breaks*).
     Prefix tokens (class token) pass through unchanged.
 
+    Shapes: ``(B, prefix + h·w, C) → (B, prefix + h·w, C)``.
+
     Parameters
     ----------
     dim
@@ -246,8 +248,6 @@ class ConvPositionalEncoding(nn.Module):
         ``"circular"`` or ``"zeros"``.
     prefix
         Leading non-grid tokens.
-
-    Shapes: ``(B, prefix + h·w, C) → (B, prefix + h·w, C)``.
     """
 
     def __init__(

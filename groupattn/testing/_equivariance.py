@@ -112,7 +112,11 @@ def equivariance_error(
     given. Group actions are applied in float64 (they are permutations, so moving the
     input is exact); ``fn`` runs in ``x``'s dtype. For a canonicalizing contract (or
     ``up_to_frame=True``) the output is compared with ``g'·f(x)`` for the best
-    ``g'`` of the (finite) group: equality up to the frame.
+    ``g'`` of the (finite) group acting on the output (the contract's ``output_group``
+    if it declares one), chosen per sample (canonicalizers pick a frame per sample):
+    equality up to the frame. For an equivariant contract with an ``output_group``, the
+    output is moved by the output group's element with the same value (a stride-``s``
+    layer maps ``TorusTranslations(h, w, stride=s)`` onto ``TorusTranslations(h, w)``).
 
     Parameters
     ----------
@@ -142,22 +146,36 @@ def equivariance_error(
         elems = group.elements() if group.is_finite else group.sample(8, seed=0)  # type: ignore[attr-defined]
     else:
         elems = [group.element(g) for g in elements]
+    out_group = contract.output_group if contract is not None and contract.output_group else group
     x64 = x.detach().double()
     with torch.no_grad():
         y = _main_output(fn(x)).detach().double()
         frames: list[torch.Tensor] = []
         if up_to_frame:
-            if not group.is_finite:
-                raise GroupError(f"equivariance_error: expected a finite group to compare up to frame, got {group.name}")
-            frames = [out_t.act(group, h, y) for h in group.elements()]  # type: ignore[attr-defined]
+            # The frame is an element of the group acting on the output (the contract's
+            # output_group, e.g. coarse translations after a strided canonicalizer).
+            frame_group = contract.output_group if contract is not None and contract.output_group else group
+            if not frame_group.is_finite:
+                raise GroupError(
+                    f"equivariance_error: expected a finite group to compare up to frame, got {frame_group.name}"
+                )
+            frames = [out_t.act(frame_group, h, y) for h in frame_group.elements()]  # type: ignore[attr-defined]
         errors: dict[GroupElement, float] = {}
         for g in elems:
             gx = in_t.act(group, g, x64).to(x.dtype)
             y_g = _main_output(fn(gx)).detach().double()
             if up_to_frame:
-                errors[g] = min(relative_error(y_g, f) for f in frames)
-            else:
+                # Canonicalizers choose a frame per sample: take the best frame per sample.
+                errors[g] = max(
+                    min(relative_error(y_g[b : b + 1], f[b : b + 1]) for f in frames)
+                    for b in range(y_g.shape[0])
+                )
+            elif out_group is group:
                 errors[g] = relative_error(y_g, out_t.act(group, g, y))
+            else:
+                # An output group corresponds to the acting group element by element value
+                # (e.g. a stride-s layer: T(h, w, stride=s) on the image -> T(h, w) on the grid).
+                errors[g] = relative_error(y_g, out_t.act(out_group, out_group.element(g.value), y))
     return EquivarianceReport(errors, contract, x.dtype)
 
 

@@ -27,7 +27,12 @@ __all__ = ["finite_groups", "group_elements", "signals", "spatial_groups"]
 
 
 def spatial_groups(size: int, rotations: bool = True) -> st.SearchStrategy[Group]:
-    """Spatial groups acting on a ``size × size`` grid: translations, C2, C4, D2, D4, p4, p4m."""
+    """Spatial groups acting on a ``size × size`` grid: translations, C2, C4, D2, D4, p4, p4m.
+
+    The translation parts are tori of side ``size``: draw matching signals with
+    ``signals(field_type, size=size)`` (on other sizes a torus element still acts as a
+    circular roll, but the action law can fail where offsets wrap).
+    """
     options: list[Group] = [TorusTranslations(size, size)]
     if rotations:
         options += [CyclicGroup(2), CyclicGroup(4), DihedralGroup(2), DihedralGroup(4), p4(size), p4m(size)]

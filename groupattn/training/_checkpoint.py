@@ -20,7 +20,7 @@ def capture_rng_state() -> dict[str, Any]:
     try:
         import numpy as np
 
-        state["numpy"] = np.random.get_state()
+        state["numpy"] = np.random.get_state()  # noqa: NPY002  (the legacy global generator is the state to save)
     except ImportError:  # pragma: no cover
         pass
     if torch.cuda.is_available():
@@ -35,7 +35,7 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     if "numpy" in state:
         import numpy as np
 
-        np.random.set_state(state["numpy"])
+        np.random.set_state(state["numpy"])  # noqa: NPY002
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 

@@ -116,12 +116,11 @@ class TrainingData:
 
 def _read_image(path: Path) -> torch.Tensor:
     """One image as a float tensor ``(1, H, W)`` in ``[0, 1]`` (grayscale)."""
-    try:
-        from PIL import Image
-    except ImportError:
-        Image = None  # noqa: N806
-    if Image is not None:
+    import importlib.util
+
+    if importlib.util.find_spec("PIL") is not None:
         import numpy as np
+        from PIL import Image
 
         with Image.open(path) as img:
             array = np.asarray(img.convert("L"), dtype=np.float32) / 255.0
@@ -133,12 +132,12 @@ def _read_image(path: Path) -> torch.Tensor:
             f"load_image_folder: expected Pillow or matplotlib to read {path.name}, found neither "
             "(pip install pillow)"
         ) from error
-    array = torch.from_numpy(mpimg.imread(str(path))).float()
-    if array.max() > 1.0:
-        array = array / 255.0
-    if array.dim() == 3:
-        array = array[..., :3].mean(dim=-1)
-    return array.unsqueeze(0)
+    image = torch.from_numpy(mpimg.imread(str(path))).float()
+    if image.max() > 1.0:
+        image = image / 255.0
+    if image.dim() == 3:
+        image = image[..., :3].mean(dim=-1)
+    return image.unsqueeze(0)
 
 
 def _read_classes(root: Path, class_names: list[str] | None) -> tuple[torch.Tensor, torch.Tensor, list[str]]:

@@ -9,7 +9,6 @@ from torch import nn
 
 from ..actions import GridField, InvariantField
 from ..groups import Group, GroupElement
-from ..testing import equivariance_error
 
 __all__ = ["EquivarianceCheck", "check_classifier", "test_elements"]
 
@@ -29,7 +28,7 @@ class EquivarianceCheck:
     num_elements
         How many elements were tested.
     method
-        ``"groupattn.check.verify"`` or ``"groupattn.testing.equivariance_error"``.
+        What measured it (``"groupattn.check.verify"``).
     """
 
     group: str
@@ -70,9 +69,8 @@ def check_classifier(
     :class:`~groupattn.actions.InvariantField`. The checker's
     :func:`groupattn.check.verify` runs a copy of the model in ``dtype`` (float64 by
     default, so an exactly invariant model shows rounding-level errors, ~1e-15) with
-    the group acting by exact permutations; without the checker,
-    :func:`groupattn.testing.equivariance_error` runs the model as it is. The
-    elements tested are :func:`test_elements`.
+    the group acting by exact permutations. The elements tested are
+    :func:`test_elements`.
 
     Parameters
     ----------
@@ -87,24 +85,17 @@ def check_classifier(
     dtype
         Evaluation dtype of the checker's copy of the model.
     """
+    from ..check import verify
+
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     elements = test_elements(group, count, seed)
-    x = images.to(device)
-    try:
-        from ..check import verify
-    except ImportError:  # pragma: no cover - the checker ships with groupattn
-        verify = None
     was_training = model.training
     model.eval()
     try:
-        if verify is not None:
-            report = verify(
-                model, x, group, elements, input_type=GridField(), output_type=InvariantField(), dtype=dtype
-            )
-            method = "groupattn.check.verify"
-        else:  # pragma: no cover
-            report = equivariance_error(model, x, group, elements, input_type=GridField(), output_type=InvariantField())
-            method = "groupattn.testing.equivariance_error"
+        report = verify(
+            model, images.to(device), group, elements,
+            input_type=GridField(), output_type=InvariantField(), dtype=dtype,
+        )
     finally:
         model.train(was_training)
     return EquivarianceCheck(
@@ -112,5 +103,5 @@ def check_classifier(
         max_error=float(report.max_error),
         worst_element=repr(report.worst_element),
         num_elements=len(elements),
-        method=method,
+        method="groupattn.check.verify",
     )

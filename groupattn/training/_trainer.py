@@ -210,7 +210,7 @@ def train(
         network = DistributedDataParallel(model, device_ids=ids)
 
     dataset = torch.utils.data.TensorDataset(data.train_images, data.train_labels)
-    sampler = DistributedSampler(
+    sampler: DistributedSampler[int] = DistributedSampler(
         dataset, num_replicas=world, rank=rank, shuffle=True, seed=config.seed, drop_last=True
     )
     images, labels = data.train_images, data.train_labels

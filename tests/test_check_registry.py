@@ -1,0 +1,54 @@
+"""Every registered model certifies; every baseline is rejected at the node that breaks.
+
+Written generically over ``groupattn.models.list_models()``: the expected group and input
+shape come from each ``ModelSpec``; the expected break is the node whose own contract
+(asked directly, outside the checker) declares ``BREAKS`` with the same reason, and the
+numerical check must confirm both verdicts.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from groupattn.check import Verdict, certify
+from groupattn.contracts import Kind, contract_of
+from groupattn.models import create, get_spec, list_models
+
+MODELS = list_models()
+
+
+def test_registry_is_not_empty() -> None:
+    assert MODELS
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_equivariant_model_certifies(name: str) -> None:
+    spec = get_spec(name)
+    model = create(name)
+    x = torch.randn(2, *spec.input_shape)
+    cert = certify(model, x, spec.group, verify=True)
+    assert cert.verdict in (Verdict.EQUIVARIANT, Verdict.INVARIANT), cert.to_text()
+    assert not cert.unverified and cert.first_break is None
+    assert cert.verification is not None and cert.verification.equivariant, cert.summary()
+    assert not cert.disagreements, cert.disagreements
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_baseline_is_rejected_at_the_breaking_node(name: str) -> None:
+    spec = get_spec(name)
+    model = create(name, equivariant=False)
+    x = torch.randn(2, *spec.input_shape)
+    cert = certify(model, x, spec.group, verify=True)
+    assert cert.verdict == Verdict.BROKEN, cert.to_text()
+    brk = cert.first_break
+    assert brk is not None and brk.path[-1] == brk.node and brk.path[0] == cert.records[0].name
+    # the node is a module whose own contract says it breaks, for this reason
+    module = model.get_submodule(brk.target.split(" ")[0])
+    declared = contract_of(module, cert.group)
+    assert declared.kind == Kind.BREAKS, declared.describe()
+    assert brk.reason == declared.reason
+    # nothing before it on the path breaks, and the baseline really is broken
+    names = [r.name for r in cert.records]
+    assert all(r.status != "broken" for r in cert.records[: names.index(brk.node)])
+    assert cert.verification is not None and cert.verification.max_error > 1e-6, cert.summary()

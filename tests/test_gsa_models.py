@@ -1,0 +1,113 @@
+"""GSA-Net (p4 / p4m) and the C4/D4 group ViT, with their baselines."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from groupattn.actions import GridField, InvariantField
+from groupattn.check import Verdict, certify
+from groupattn.contracts import Kind
+from groupattn.groups import CyclicGroup, DihedralGroup, Group, TorusTranslations, p4, p4m
+from groupattn.models import GroupViT, GSANet, create, get_spec, list_models
+from groupattn.testing import assert_equivariant, equivariance_error
+
+SIZE = 32
+
+
+def _gsa_elements(group: Group) -> list:
+    """Sampled roto-translations and a pure translation (point groups are tested in full)."""
+    return group.sample(2, seed=7) + [group.translation((5, 11))]
+
+
+def test_registry_entries() -> None:
+    assert {"gsa", "group_vit"} <= set(list_models())
+    assert get_spec("gsa").group == "p4" and get_spec("group_vit").group == "c4"
+    assert isinstance(create("gsa"), GSANet) and isinstance(create("group_vit", equivariant=False), GroupViT)
+
+
+@pytest.mark.parametrize("point_group", ["C4", "D4"])
+def test_gsa_logits_are_invariant(point_group: str) -> None:
+    model = create("gsa", point_group=point_group).double().eval()
+    group = p4(SIZE) if point_group == "C4" else p4m(SIZE)
+    assert model.contract(group).kind == Kind.INVARIANT
+    x = torch.randn(1, 1, SIZE, SIZE, dtype=torch.float64)
+    assert_equivariant(model, x, group, elements=_gsa_elements(group))
+    assert_equivariant(model, x, group.point_group)  # every element of C4 / D4
+
+
+def test_gsa_float32_and_table_variant() -> None:
+    model = create("gsa", encoding="table", neighbourhood=None, image_size=8, channels=4).eval()
+    x = torch.randn(2, 1, 8, 8)
+    assert_equivariant(model, x, p4(8), elements=_gsa_elements(p4(8)))
+
+
+def test_gsa_z2_baseline_breaks_rotations_only() -> None:
+    baseline = create("gsa", equivariant=False).double().eval()
+    contract = baseline.contract(p4(SIZE))
+    assert contract.kind == Kind.BREAKS
+    assert (contract.reason or "").startswith("z2 baseline: positional encoding is not rotation-invariant")
+    x = torch.randn(2, 1, SIZE, SIZE, dtype=torch.float64)
+    report = equivariance_error(baseline, x, p4(SIZE), elements=[p4(SIZE).point(1)],
+                                input_type=GridField(), output_type=InvariantField())
+    assert report.max_error > 1e-4
+    assert_equivariant(baseline, x, TorusTranslations(SIZE, SIZE), elements=[(3, 5), (17, 1)])
+
+
+@pytest.mark.parametrize("point_group", ["C4", "D4"])
+def test_group_vit_logits_are_invariant(point_group: str) -> None:
+    model = create("group_vit", point_group=point_group).double().eval()
+    group = CyclicGroup(4) if point_group == "C4" else DihedralGroup(4)
+    assert model.contract(group).kind == Kind.INVARIANT
+    x = torch.randn(2, 1, SIZE, SIZE, dtype=torch.float64)
+    assert_equivariant(model, x, group)  # every element
+    # translations by whole patches (4 pixels) leave the logits unchanged
+    with torch.no_grad():
+        y = model(x)
+        assert torch.allclose(model(torch.roll(x, (4, 12), (-2, -1))), y, rtol=0, atol=1e-10 * y.abs().max())
+    assert model.contract(TorusTranslations(8, 8, stride=4)).kind == Kind.INVARIANT
+    broken = model.contract(p4(SIZE))
+    assert broken.kind == Kind.BREAKS and "patch grid" in (broken.reason or "")
+
+
+def test_plain_vit_baseline_breaks_rotations() -> None:
+    baseline = create("group_vit", equivariant=False).double().eval()
+    contract = baseline.contract(CyclicGroup(4))
+    assert contract.kind == Kind.BREAKS
+    assert (contract.reason or "").startswith("plain ViT baseline: absolute positional encoding is not rotation")
+    x = torch.randn(2, 1, SIZE, SIZE, dtype=torch.float64)
+    report = equivariance_error(baseline, x, CyclicGroup(4), input_type=GridField(), output_type=InvariantField())
+    assert report.max_error > 1e-4
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "group"),
+    [("gsa", {}, "p4"), ("gsa", {"point_group": "D4"}, "p4m"), ("group_vit", {}, "c4"),
+     ("group_vit", {"point_group": "D4"}, "d4")],
+)
+def test_checker_certifies_models_and_names_the_baseline_break(name: str, kwargs: dict, group: str) -> None:
+    x = torch.randn(2, 1, SIZE, SIZE)
+    assert certify(create(name, **kwargs), x, group).verdict == Verdict.INVARIANT
+    broken = certify(create(name, equivariant=False, **kwargs), x, group)
+    assert broken.verdict == Verdict.BROKEN and broken.first_break is not None
+
+
+@settings(max_examples=5)
+@given(seed=st.integers(0, 2**16), element=st.integers(0, 7))
+def test_gsa_p4m_invariance_property(seed: int, element: int) -> None:
+    torch.manual_seed(seed)
+    model = GSANet(point_group="D4", channels=4, num_heads=1, image_size=8).double().eval()
+    x = torch.randn(1, 1, 8, 8, dtype=torch.float64)
+    group = p4m(8)
+    assert_equivariant(model, x, group, elements=[group.point(element), group.sample(1, seed=seed)[0]])
+
+
+def test_models_train_one_step() -> None:
+    for model in (create("gsa"), create("group_vit"), create("gsa", equivariant=False)):
+        x, target = torch.randn(4, 1, SIZE, SIZE), torch.randint(0, 10, (4,))
+        loss = torch.nn.functional.cross_entropy(model(x), target)
+        loss.backward()
+        assert torch.isfinite(loss)
+        assert all(p.grad is not None for p in model.parameters())
