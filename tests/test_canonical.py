@@ -27,7 +27,7 @@ from groupattn.contracts import Kind
 from groupattn.groups import CyclicGroup, DihedralGroup, GroupError, TorusTranslations
 from groupattn.testing import assert_equivariant, equivariance_error
 
-NORMS = ["l2", "l1", "max"]
+NORMS = ["l2", "l1", "l4", "max"]
 
 
 def _roll(x: torch.Tensor, shift: tuple[int, int]) -> torch.Tensor:
@@ -154,6 +154,7 @@ def test_polyphase_norms_match_the_definition() -> None:
             component = x[:, :, py::3, px::3].reshape(2, -1)
             torch.testing.assert_close(norms[:, py * 3 + px], component.norm(dim=1))
             torch.testing.assert_close(polyphase_norms(x, 3, "l1")[:, py * 3 + px], component.abs().sum(1))
+            torch.testing.assert_close(polyphase_norms(x, 3, "l4")[:, py * 3 + px], component.norm(p=4, dim=1))
             assert torch.equal(polyphase_norms(x, 3, "max")[:, py * 3 + px], component.abs().amax(1))
 
 
@@ -188,6 +189,20 @@ def test_ties_are_deterministic_with_zero_margin(norm: str) -> None:
     assert constant.frame.tolist() == [[0, 0]] and constant.margin.item() == 0.0
     down = AdaptivePolyphaseDownsample(2, norm)(x)
     assert down.frame.tolist() == [[0, 1], [0, 1]] and (down.margin == 0).all()
+
+
+def test_symmetric_upsampling_ties_l2_and_l1_but_not_l4() -> None:
+    # A bilinear x2 zoom (symmetric kernel) of an image with a zero rim (like the bundled
+    # digits) makes the stride-2 polyphase L2/L1 norms tie exactly; the L4 norm separates them.
+    small = torch.nn.functional.pad(torch.rand(6, 1, 6, 6, dtype=torch.float64), (1, 1, 1, 1))  # zero rim, as digits
+    image = torch.nn.functional.pad(
+        torch.nn.functional.interpolate(small, scale_factor=2, mode="bilinear", align_corners=False), (8, 8, 8, 8)
+    )
+    for norm in ("l2", "l1"):
+        scores = polyphase_norms(image, 2, norm)  # type: ignore[arg-type]
+        torch.testing.assert_close(scores[:, 0], scores[:, 1], rtol=1e-12, atol=0.0)
+    margin = polyphase_anchor(image, 2, "l4").margin
+    assert (margin > 1e-6 * polyphase_norms(image, 2, "l4").amax(1)).all()
 
 
 # ----------------------------------------------------------------------------- APS / APS-U
@@ -233,7 +248,7 @@ def test_bad_input_errors() -> None:
         PolyphaseAnchor(2)(torch.randn(32, 32))
     with pytest.raises(GroupError, match="PolyphaseAnchor: expected a stride as an int >= 1, got 0"):
         PolyphaseAnchor(0)
-    with pytest.raises(GroupError, match="expected norm 'l2', 'l1' or 'max', got 'l3'"):
+    with pytest.raises(GroupError, match="expected norm 'l2', 'l1', 'l4' or 'max', got 'l3'"):
         PolyphaseAnchor(2, norm="l3")  # type: ignore[arg-type]
     with pytest.raises(GroupError, match="PolyphaseAnchor: expected a grid divisible by stride 4, got 6x8"):
         PolyphaseAnchor(4, grid=(6, 8))

@@ -305,3 +305,20 @@ class RestoreAfterStride(nn.Module):
 def test_unsound_looking_compositions_are_not_certified(model: nn.Module, word: str) -> None:
     cert = certify(model, torch.randn(2, 8, 8, 8), "translations")
     assert cert.verdict == Verdict.UNVERIFIED and word in (cert.reason or "")
+
+
+def test_single_library_layers_are_checked_by_their_contract() -> None:
+    from groupattn.attention import GlobalSelfAttention
+
+    tokens = torch.randn(2, 64, 8)
+    good = certify(GlobalSelfAttention(8, 2, (8, 8)), tokens, "translations", verify=True)
+    assert good.verdict == Verdict.EQUIVARIANT and "declared contract only" in good.notes[0]
+    assert good.verification is not None and good.verification.equivariant
+    bad = certify(GlobalSelfAttention(8, 2, (8, 8), bias="clipped"), tokens, "translations", verify=True)
+    assert bad.verdict == Verdict.BROKEN and bad.first_break is not None and "clipped" in bad.first_break.reason
+    assert bad.verification is not None and not bad.verification.equivariant
+    anchored = certify(PolyphaseAnchor(2), X, "translations", verify=True)
+    assert anchored.verdict == Verdict.EQUIVARIANT and anchored.output_frame is not None
+    assert anchored.output_group == TorusTranslations(4, 4, stride=2)
+    assert anchored.verification is not None and anchored.verification.up_to_frame
+    assert anchored.verification.equivariant

@@ -202,6 +202,27 @@ class CatFrames(nn.Module):
         return self.mix(torch.cat([x, self.anchor(x).output], dim=1))
 
 
+class TorchEncoderLayer(nn.Module):
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(c, 1, 2 * c, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x.flatten(2).transpose(1, 2)).transpose(1, 2).reshape(x.shape)
+
+
+class Gate(nn.Module):
+    """``a * sigmoid(b)`` from a channel split (a GLU on the channel axis)."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.expand = nn.Conv2d(c, 2 * c, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self.expand(x).chunk(2, dim=1)
+        return a * torch.sigmoid(b)
+
+
 class StridedMean(nn.Module):
     """A strided convolution, broadcast back over the grid by its global mean."""
 
@@ -249,6 +270,9 @@ COMPONENTS: dict[str, Callable[[int], nn.Module]] = {
     "spatial-softmax": lambda c: SpatialSoftmax(),
     "two-branch-cat": TwoBranch,
     "cat-across-frames": CatFrames,
+    "torch-encoder-layer": TorchEncoderLayer,
+    "channel-gate": Gate,
+    "avgpool-zero-pad": lambda c: nn.AvgPool2d(3, stride=1, padding=1),
     "strided-anchored": lambda c: StridedMean(c, anchored=True),
     "strided-unanchored": lambda c: StridedMean(c, anchored=False),
 }

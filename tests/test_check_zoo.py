@@ -213,6 +213,20 @@ class LiftedPool(nn.Module):
         return self.pool(y)
 
 
+class TorchEncoder(nn.Module):
+    def __init__(self, causal: bool = False) -> None:
+        super().__init__()
+        self.embed = nn.Conv2d(3, 8, 1)
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 2)
+        self.causal = causal
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.embed(x).flatten(2).transpose(1, 2)
+        if self.causal:
+            return self.encoder(t, mask=nn.Transformer.generate_square_subsequent_mask(64), is_causal=True)
+        return self.encoder(t).mean(dim=1)
+
+
 # ----------------------------------------------------------------------------- broken networks
 
 
@@ -391,6 +405,7 @@ GOOD = [
     Case("c4-pointwise-invariant", lambda: nn.Sequential(nn.Conv2d(3, 4, 1), nn.ReLU(), nn.AdaptiveMaxPool2d(1)), T8, "c4", INV),
     Case("d4-pointwise", lambda: nn.Sequential(nn.Conv2d(3, 4, 1), nn.Tanh()), T8, "d4", EQ),
     Case("p4-lifted-pool", LiftedPool, (2, 3, 4, 8, 8), "p4", EQ),
+    Case("torch-transformer-encoder", TorchEncoder, T8, "translations", INV),
     Case("strided-group", lambda: nn.Conv2d(3, 4, 2, stride=2), T8, lambda: TorusTranslations(4, 4, stride=2), EQ),
 ]
 
@@ -415,6 +430,7 @@ BAD = [
     Case("conv3x3-under-c4", lambda: circ(3, 3), T8, "c4", BROKEN, "_0", "rotation"),
     Case("one-axis-mean-under-c4", OneAxisMean, T8, "c4", BROKEN, "mean", "one of the two spatial axes"),
     Case("adaptive-pool-grid", lambda: nn.AdaptiveAvgPool2d(2), T8, "translations", BROKEN, "_0", "fixed"),
+    Case("torch-encoder-causal-mask", lambda: TorchEncoder(causal=True), T8, "translations", BROKEN, "encoder", "fixed attention mask"),
     Case("layernorm-over-space", lambda: _randomized(nn.LayerNorm([3, 8, 8])), T8, "translations", BROKEN, "_0", "affine"),
 ]
 

@@ -19,7 +19,7 @@ SIZE = 32
 
 def _gsa_elements(group: Group) -> list:
     """Sampled roto-translations and a pure translation (point groups are tested in full)."""
-    return group.sample(2, seed=7) + [group.translation((5, 11))]
+    return [*group.sample(2, seed=7), group.translation((5, 11))]
 
 
 def test_registry_entries() -> None:

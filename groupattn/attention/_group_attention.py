@@ -52,6 +52,92 @@ def resolve_point_group(point_group: PointGroup | str, module: str = "groupattn"
     raise GroupError(f"{module}: expected a point group or a name like 'C4' or 'D4', got {point_group!r}")
 
 
+_CHUNK_ELEMENTS = 1 << 24  # logits per chunk when computing the bias gradient (64 MiB in float32)
+
+
+class _AttendTrainableBias(torch.autograd.Function):
+    """``attend(q, k, v, bias)`` with a memory-bounded gradient for a trainable ``bias``.
+
+    PyTorch's fused CPU kernel has no gradient for ``attn_mask``; asking for one falls
+    back to the unfused path that materialises every ``(B, heads, Q, K)`` logit several
+    times. Here the forward pass and the ``q, k, v`` gradients use the fused kernel
+    (through :func:`~groupattn.attention.attend`, recomputed in backward), and the bias
+    gradient ``P ⊙ (dO·vᵀ − rowsum(dO ⊙ O))`` is accumulated over chunks of batch and
+    queries, never holding more than ``_CHUNK_ELEMENTS`` logits.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor, module: str
+    ) -> torch.Tensor:
+        with torch.no_grad():  # a detached mask keeps the fused kernel
+            out = attend(query.detach(), key.detach(), value.detach(), bias.detach(), module=module)
+        ctx.save_for_backward(query, key, value, bias, out)
+        ctx.module = module
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+        query, key, value, bias, out = ctx.saved_tensors
+        grads: list[torch.Tensor | None] = [None, None, None]
+        needs = ctx.needs_input_grad[:3]
+        if any(needs):
+            with torch.enable_grad():
+                q, k, v = (t.detach().requires_grad_(n) for t, n in zip((query, key, value), needs))
+                recomputed = attend(q, k, v, bias.detach(), module=ctx.module)
+                inputs = [t for t, n in zip((q, k, v), needs) if n]
+                computed = iter(torch.autograd.grad(recomputed, inputs, grad_out))
+                grads = [next(computed) if n else None for n in needs]
+        grad_bias = None
+        if ctx.needs_input_grad[3]:
+            grad_bias = _bias_gradient(query, key, value, bias, out, grad_out)
+        return (*grads, grad_bias, None)
+
+
+def _bias_gradient(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    bias: torch.Tensor,
+    out: torch.Tensor,
+    grad_out: torch.Tensor,
+) -> torch.Tensor:
+    """``dL/dbias`` in chunks; ``bias`` broadcasts to ``(B, heads, Q, K)``."""
+    b, heads, q_len, d = query.shape
+    k_len = key.shape[-2]
+    scale = 1.0 / math.sqrt(d)
+    grad = torch.zeros(bias.shape, dtype=torch.float32 if bias.dtype == torch.float16 else bias.dtype,
+                       device=bias.device)
+    rows = max(1, min(q_len, _CHUNK_ELEMENTS // max(1, heads * k_len)))
+    batch_chunk = max(1, min(b, _CHUNK_ELEMENTS // max(1, heads * rows * k_len)))
+    full = (b, heads, q_len, k_len)
+    bias_full = bias.expand(full)
+    reduce_dims = [i for i, n in enumerate(bias.shape) if n == 1 and full[i] != 1]
+    for b0 in range(0, b, batch_chunk):
+        b1 = min(b, b0 + batch_chunk)
+        for r0 in range(0, q_len, rows):
+            r1 = min(q_len, r0 + rows)
+            logits = torch.matmul(query[b0:b1, :, r0:r1], key[b0:b1].transpose(-1, -2)) * scale
+            probs = torch.softmax(logits + bias_full[b0:b1, :, r0:r1], dim=-1)
+            d_probs = torch.matmul(grad_out[b0:b1, :, r0:r1], value[b0:b1].transpose(-1, -2))
+            row_dot = (grad_out[b0:b1, :, r0:r1] * out[b0:b1, :, r0:r1]).sum(-1, keepdim=True)
+            d_logits = probs * (d_probs - row_dot)
+            if reduce_dims:
+                d_logits = d_logits.sum(dim=reduce_dims, keepdim=True)
+            bsl = slice(None) if 0 in reduce_dims or bias.shape[0] == 1 else slice(b0, b1)
+            grad[bsl, :, r0:r1] += d_logits.to(grad.dtype)
+    return grad.to(bias.dtype)
+
+
+def attend_with_bias(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor | None, module: str
+) -> torch.Tensor:
+    """:func:`~groupattn.attention.attend`, with a memory-bounded gradient for a trainable bias."""
+    if bias is not None and bias.requires_grad and torch.is_grad_enabled():
+        return _AttendTrainableBias.apply(query, key, value, bias, module)  # type: ignore[no-any-return]
+    return attend(query, key, value, bias, module=module)
+
+
 class _RotoTranslationAttention(nn.Module):
     """Shared machinery of lifting and group self-attention (projections, encodings, contracts)."""
 
@@ -141,7 +227,8 @@ class _RotoTranslationAttention(nn.Module):
         bias_table, vectors = self.encoding(geometry)
         bias = None
         if bias_table is not None:
-            bias = bias_table.to(dtype)[:, geometry.index.to(device)]
+            index = geometry.index.to(device)
+            bias = bias_table.to(dtype).index_select(1, index.reshape(-1)).view(-1, *index.shape)
         if use_cache:
             self._bias_cache = (key, bias)
         else:
@@ -218,7 +305,7 @@ class _RotoTranslationAttention(nn.Module):
             qv = torch.einsum("bepd,ted->bept", q, vectors.to(q.dtype)) / math.sqrt(d)
             pos = qv.gather(-1, entries.to(device).expand(b * tiles, heads, p * g, s * g_key))
             logits_bias = logits_bias + pos
-        out = attend(q, k, v, logits_bias, module=type(self).__name__)  # (B·tiles, heads, P·G, d)
+        out = attend_with_bias(q, k, v, logits_bias, type(self).__name__)  # (B·tiles, heads, P·G, d)
         out = out.view(b, tiles, heads, p, g, d).permute(0, 1, 3, 4, 2, 5).reshape(b, tiles * p, g, heads * d)
         return out.index_select(1, tiling.untile.to(device))
 
@@ -367,7 +454,7 @@ class GroupSelfAttention(_RotoTranslationAttention):
                 qv = torch.einsum("beqd,ted->beqt", q, vectors.to(q.dtype)) * scale
                 pos = qv.gather(-1, index.to(x.device).expand(b, heads, g * n, g * n))
                 logits_bias = pos if logits_bias is None else logits_bias + pos
-            out = attend(q, k, v, logits_bias, module="GroupSelfAttention")
+            out = attend_with_bias(q, k, v, logits_bias, "GroupSelfAttention")
             out = rearrange(out, "b e (g n) d -> b g n (e d)", g=g)
         else:
             qkv = self.qkv(rearrange(x, "b c g y x -> b (y x) g c")).view(b, n, g, 3, heads, d)

@@ -7,8 +7,7 @@ import math
 import torch
 from einops import rearrange
 
-from ._group_attention import _RotoTranslationAttention
-from ._kernel import attend
+from ._group_attention import _RotoTranslationAttention, attend_with_bias
 
 __all__ = ["LiftingSelfAttention"]
 
@@ -70,7 +69,7 @@ class LiftingSelfAttention(_RotoTranslationAttention):
                 )
                 pos = pos.reshape(b, heads, g * n, n)
                 logits_bias = pos if logits_bias is None else logits_bias + pos
-            out = attend(queries, k, v, logits_bias, module="LiftingSelfAttention")
+            out = attend_with_bias(queries, k, v, logits_bias, "LiftingSelfAttention")
             out = rearrange(out, "b e (g n) d -> b g n (e d)", g=g)
         else:
             qkv = self.qkv(tokens).view(b, n, 1, 3, heads, d)

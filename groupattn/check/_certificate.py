@@ -178,6 +178,9 @@ class Certificate:
     disagreements
         Where certificate and numerical check disagree; a certified network that fails
         numerically is a defect of the checker.
+    notes
+        How the network was checked when not by tracing it whole (e.g. composed from the
+        children of an untraceable ``Sequential``).
     """
 
     verdict: Verdict
@@ -193,6 +196,7 @@ class Certificate:
     reason: str | None = None
     verification: VerificationReport | None = None
     disagreements: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def certified(self) -> bool:
@@ -220,6 +224,8 @@ class Certificate:
             lines.append("path: " + " -> ".join(self.first_break.path))
         if self.reason:
             lines.append(f"reason: {self.reason}")
+        for note in self.notes:
+            lines.append(f"note: {note}")
         for node, why in self.unverified:
             lines.append(f"unverified: {node}: {why}")
         if self.verification is not None:
@@ -278,6 +284,7 @@ class Certificate:
                 for r in self.records
             ],
             "disagreements": self.disagreements,
+            "notes": self.notes,
         }
         if self.verification is not None:
             data["max_error"] = self.verification.max_error

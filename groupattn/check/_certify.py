@@ -17,7 +17,6 @@ from ..actions import FieldType, GridField, InvariantField, LiftedField, TokenFi
 from ..canonical import Canonicalized
 from ..contracts import Kind
 from ..groups import FiniteGroup, Group, GroupElement, GroupError, TorusTranslations
-from ..testing import default_tolerance, equivariance_error, relative_error
 from ._certificate import BreakInfo, Certificate, Verdict, VerificationReport
 from ._engine import propagate
 from ._groups import group_from_name
@@ -55,6 +54,17 @@ def default_input_type(example_input: torch.Tensor, group: Group) -> FieldType:
     if len(shape) == 2:
         return InvariantField()
     raise GroupError(f"certify: expected an input of rank 2 to 5, got shape {shape}")
+
+
+def _resolve_group(group: Group | str, x: torch.Tensor) -> Group:
+    """A group name is resolved against the input's grid (a square grid for tokens ``(B, N, C)``)."""
+    if not isinstance(group, str):
+        return group
+    shape = tuple(x.shape)
+    if len(shape) == 3:
+        side = math.isqrt(shape[1])
+        shape = (side, side)
+    return group_from_name(group, shape)
 
 
 @contextlib.contextmanager
@@ -101,8 +111,7 @@ def certify(
     -------
     Certificate
     """
-    if isinstance(group, str):
-        group = group_from_name(group, tuple(example_input.shape))
+    group = _resolve_group(group, example_input)
     input_type = input_type or default_input_type(example_input, group)
     layout = layout_from_field(input_type, tuple(example_input.shape))
     if layout is None:
@@ -122,7 +131,7 @@ def certify(
     output_node = prop.order[-1]
     relevant = nx.ancestors(prop.graph, output_node) | {output_node}
     out = prop.output
-    cert = Certificate(Verdict.UNVERIFIED, group, input_type, records=records, graph=prop.graph)
+    cert = Certificate(Verdict.UNVERIFIED, group, input_type, records=records, graph=prop.graph, notes=prop.notes)
     cert.unverified = [(r.name, r.reason or "") for r in records if r.status == "unverified"]
     status = getattr(out, "status", UNKNOWN)
     if status == BROKEN:
@@ -303,8 +312,10 @@ def verify(
     -------
     VerificationReport
     """
-    if isinstance(group, str):
-        group = group_from_name(group, tuple(x.shape))
+    # imported here: groupattn.testing pulls in pytest, which a plain install may lack
+    from ..testing._equivariance import default_tolerance, equivariance_error
+
+    group = _resolve_group(group, x)
     in_type = input_type or (certificate.input_type if certificate is not None else None) or default_input_type(x, group)
     declared = None
     if callable(getattr(model, "contract", None)) and output_type is None:
@@ -370,6 +381,8 @@ def verify(
 def _errors_up_to_frame(
     model: nn.Module, x: torch.Tensor, group: Group, elems: list[GroupElement], in_type: FieldType, out_field: FieldType, out_group: Group
 ) -> dict[GroupElement, float]:
+    from ..testing._equivariance import relative_error
+
     if not isinstance(group, FiniteGroup):
         raise GroupError(f"verify: expected a finite group to compare up to frame, got {group.name}")
     with torch.no_grad():

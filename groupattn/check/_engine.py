@@ -116,6 +116,7 @@ class Propagation:
     output: Sym
     input_node: str
     order: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 def _leaves(v: Any) -> list[Any]:
@@ -558,13 +559,27 @@ def propagate(model: nn.Module, example: torch.Tensor, input_sym: TensorSym) -> 
     Unverifiable
         When the model can neither be traced nor composed from its children.
     """
-    if has_module_rule(model) and not _declares_contract(model):
-        model = nn.Sequential(model)  # a single known torch module: check it as one node
+    primitive = _declares_contract(model) and not any(
+        _declares_contract(m) for m in model.modules() if m is not model
+    )
+    if (has_module_rule(model) and not _declares_contract(model)) or primitive:
+        # a single known torch module, or a library layer built from no declared parts:
+        # check it as one node (its contract is all there is to compose)
+        model = nn.Sequential(model)
+    notes: list[str] = []
     try:
         gm = trace(model)
     except Exception as err:
         if isinstance(model, nn.Sequential):
             gm = _sequential_graph(model)
+            notes.append(f"torch.fx cannot trace {type(model).__name__} as a whole; composed from its children")
+        elif _declares_contract(model):
+            model = nn.Sequential(model)
+            gm = _sequential_graph(model)
+            notes.append(
+                f"torch.fx cannot trace the body of {type(model[0]).__name__} ({type(err).__name__}); "
+                "checked by its declared contract only"
+            )
         else:
             raise Unverifiable(
                 f"torch.fx cannot trace {type(model).__name__} ({type(err).__name__}: {err}); it is not a "
@@ -578,7 +593,7 @@ def propagate(model: nn.Module, example: torch.Tensor, input_sym: TensorSym) -> 
         graph = nx.compose(graph, sub)
     records = {**prop.records, **prop.child_records}
     input_node = next(iter(prop.records))
-    return Propagation(graph, records, out_sym, input_node, prop.order)
+    return Propagation(graph, records, out_sym, input_node, prop.order, notes)
 
 
 def _sequential_graph(model: nn.Sequential) -> fx.GraphModule:

@@ -850,6 +850,30 @@ def _mha(call: Call) -> Sym:
     return TupleSym(items=(out, weights))
 
 
+@module_rule(nn.TransformerEncoderLayer, nn.TransformerEncoder)
+def _transformer_encoder(call: Call) -> Sym:
+    """Self-attention and a token-wise MLP with LayerNorm over channels: equivariant to any
+    permutation of the tokens, unless a fixed mask (causal, padding) singles out positions."""
+    m = call.module
+    x = _first(call)
+    layer = m.layers[0] if isinstance(m, nn.TransformerEncoder) else m
+    token = 1 if getattr(layer.self_attn, "batch_first", False) else 0  # type: ignore[union-attr]
+    assert x.layout is not None
+    kinds = _moving_kinds(x.layout[-1], x.group)
+    if kinds:
+        raise Breaks(f"{call.label}: its projections mix the {_axis_words(kinds)} held in the channel axis")
+    for other in x.layout[:token] + x.layout[token + 1 : -1]:
+        if _moving_kinds(other, x.group):
+            raise Unverifiable(f"{call.label}: expected the moved axes on the token axis, got {describe_layout(x.layout)}")
+    masks = list(zip(call.args[1:], call.sargs[1:])) + [(call.kwargs[k], call.skwargs[k]) for k in call.kwargs]
+    for value, sym in masks:
+        if isinstance(sym, TensorSym) and not sym.invariant:
+            raise Unverifiable(f"{call.label}: a mask that moves with the input is not tracked")
+        if isinstance(sym, TensorSym) or value is True:
+            raise Breaks(f"{call.label}: a fixed attention mask over token positions does not move with the tokens")
+    return _like(x, x.layout)
+
+
 @function_rule(F.scaled_dot_product_attention)
 def _sdpa(call: Call) -> Sym:
     q, k, v = (call.arg(i, n)[1] for i, n in enumerate(("query", "key", "value")))
@@ -992,7 +1016,8 @@ def _registered(module: nn.Module, group: Group, input_type: Any) -> Contract:
 
 for _cls in (
     nn.Linear, nn.Conv2d, nn.LayerNorm, nn.GroupNorm, nn.BatchNorm2d, nn.MaxPool2d, nn.AvgPool2d,
-    nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d, nn.MultiheadAttention, nn.Flatten, *_POINTWISE_MODULES,
+    nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d, nn.MultiheadAttention, nn.Flatten, nn.TransformerEncoderLayer,
+    *_POINTWISE_MODULES,
 ):
     register_contract(_cls)(_registered)
 

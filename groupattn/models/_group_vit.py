@@ -40,6 +40,8 @@ class GroupViT(nn.Module):
     rotations ("plain ViT baseline: absolute positional encoding is not
     rotation-invariant").
 
+    Shapes: ``(B, in_channels, S, S) → (B, num_classes)``.
+
     Parameters
     ----------
     equivariant
@@ -52,8 +54,6 @@ class GroupViT(nn.Module):
         Token width, blocks and heads.
     encoding
         ``"table"`` (one learned value per orbital) or ``"continuous"``.
-
-    Shapes: ``(B, in_channels, S, S) → (B, num_classes)``.
     """
 
     def __init__(

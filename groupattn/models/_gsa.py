@@ -30,6 +30,8 @@ class GSANet(nn.Module):
     ``H`` and ``T ⋊ H``; baseline: invariant under translations, *breaks* under
     rotations ("z2 baseline: positional encoding is not rotation-invariant").
 
+    Shapes: ``(B, in_channels, S, S) → (B, num_classes)``.
+
     Parameters
     ----------
     equivariant
@@ -49,8 +51,6 @@ class GSANet(nn.Module):
         Use the query-dependent content × position term.
     image_size
         Input side (for global orbital tables).
-
-    Shapes: ``(B, in_channels, S, S) → (B, num_classes)``.
     """
 
     def __init__(

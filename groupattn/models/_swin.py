@@ -7,6 +7,7 @@ from typing import Any
 from torch import nn
 
 from ..attention import MeanPooling, WindowAttention
+from ..canonical._polyphase import Norm
 from ..nn import PatchEmbedding, PatchMerging, TransformerBlock
 from ._registry import register_model
 from ._shift_common import ShiftTransformer, as_pair, per_stage
@@ -44,6 +45,9 @@ class ShiftSwin(ShiftTransformer):
         MLP width ratio.
     bias
         Within-window bias: ``"clipped"`` (Swin), ``"circulant"`` or ``None``.
+    anchor_norm
+        Norm of every polyphase anchoring (default ``"l4"``: the L2 and L1 polyphase
+        norms of smoothly upsampled images such as the bundled digits tie exactly).
     """
 
     def __init__(
@@ -59,6 +63,7 @@ class ShiftSwin(ShiftTransformer):
         window: int | tuple[int, ...] = 4,
         mlp_ratio: float = 2.0,
         bias: str | None = "clipped",
+        anchor_norm: Norm = "l4",
     ) -> None:
         super().__init__()
         self.equivariant = equivariant
@@ -67,19 +72,19 @@ class ShiftSwin(ShiftTransformer):
         heads_ = per_stage("ShiftSwin", "heads", heads, stages)
         windows = per_stage("ShiftSwin", "window", window, stages)
         size = as_pair("ShiftSwin", image_size)
-        self.patch_embed = PatchEmbedding(in_channels, dims_[0], patch, size, anchored=equivariant)
+        self.patch_embed = PatchEmbedding(in_channels, dims_[0], patch, size, anchored=equivariant, norm=anchor_norm)
         grid = self.patch_embed.grid
         layers: list[nn.Module] = []
         for stage in range(stages):
             if stage:
-                merge = PatchMerging(dims_[stage - 1], dims_[stage], grid, anchored=equivariant)
+                merge = PatchMerging(dims_[stage - 1], dims_[stage], grid, anchored=equivariant, norm=anchor_norm)
                 layers.append(merge)
                 grid = merge.out_grid
             for block in range(depths[stage]):
                 shift = windows[stage] // 2 if block % 2 else 0
                 attention = WindowAttention(
                     dims_[stage], heads_[stage], grid, windows[stage], shift=shift,
-                    anchored=equivariant, bias=bias, pre_norm=True,  # type: ignore[arg-type]
+                    anchored=equivariant, bias=bias, pre_norm=True, norm=anchor_norm,  # type: ignore[arg-type]
                 )
                 layers.append(TransformerBlock(dims_[stage], attention, mlp_ratio))
         self.stages = nn.Sequential(*layers)

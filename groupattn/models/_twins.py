@@ -7,6 +7,7 @@ from typing import Any
 from torch import nn
 
 from ..attention import MeanPooling, SpatialReductionAttention, WindowAttention
+from ..canonical._polyphase import Norm
 from ..nn import PatchEmbedding, PatchMerging, TransformerBlock
 from ..positional import ConvPositionalEncoding
 from ._registry import register_model
@@ -43,6 +44,9 @@ class ShiftTwins(ShiftTransformer):
         heads, local window size and spatial-reduction ratio.
     mlp_ratio
         MLP width ratio.
+    anchor_norm
+        Norm of every polyphase anchoring (default ``"l4"``: the L2 and L1 polyphase
+        norms of smoothly upsampled images such as the bundled digits tie exactly).
     """
 
     def __init__(
@@ -58,6 +62,7 @@ class ShiftTwins(ShiftTransformer):
         window: int | tuple[int, ...] = 4,
         reduction: int | tuple[int, ...] = (4, 2),
         mlp_ratio: float = 2.0,
+        anchor_norm: Norm = "l4",
     ) -> None:
         super().__init__()
         self.equivariant = equivariant
@@ -67,25 +72,27 @@ class ShiftTwins(ShiftTransformer):
         windows = per_stage("ShiftTwins", "window", window, stages)
         reductions = per_stage("ShiftTwins", "reduction", reduction, stages)
         size = as_pair("ShiftTwins", image_size)
-        self.patch_embed = PatchEmbedding(in_channels, dims_[0], patch, size, anchored=equivariant)
+        self.patch_embed = PatchEmbedding(in_channels, dims_[0], patch, size, anchored=equivariant, norm=anchor_norm)
         grid = self.patch_embed.grid
         padding = "circular" if equivariant else "zeros"
         layers: list[nn.Module] = []
         for stage in range(stages):
             dim = dims_[stage]
             if stage:
-                merge = PatchMerging(dims_[stage - 1], dim, grid, anchored=equivariant)
+                merge = PatchMerging(dims_[stage - 1], dim, grid, anchored=equivariant, norm=anchor_norm)
                 layers.append(merge)
                 grid = merge.out_grid
             for block in range(depths[stage]):
                 attention: nn.Module
                 if block % 2 == 0:
                     attention = WindowAttention(
-                        dim, heads_[stage], grid, windows[stage], anchored=equivariant, pre_norm=True
+                        dim, heads_[stage], grid, windows[stage], anchored=equivariant, pre_norm=True,
+                        norm=anchor_norm,
                     )
                 else:
                     attention = SpatialReductionAttention(
-                        dim, heads_[stage], grid, reductions[stage], anchored=equivariant, pre_norm=True
+                        dim, heads_[stage], grid, reductions[stage], anchored=equivariant, pre_norm=True,
+                        norm=anchor_norm,
                     )
                 layers.append(TransformerBlock(dim, attention, mlp_ratio))
                 if block == 0:

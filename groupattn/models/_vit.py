@@ -7,6 +7,7 @@ from typing import Any, Literal
 from torch import nn
 
 from ..attention import AttentionPooling, GlobalSelfAttention, MeanPooling
+from ..canonical._polyphase import Norm
 from ..groups import GroupError
 from ..nn import ClassToken, ClassTokenReadout, PatchEmbedding, TransformerBlock
 from ..positional import AbsolutePositionalEncoding, ConvPositionalEncoding
@@ -49,6 +50,9 @@ class ShiftViT(ShiftTransformer):
     bias
         Relative bias of the attention: ``"circulant"`` / ``"clipped"`` / ``None``;
         defaults to circulant (equivariant) or clipped (baseline).
+    anchor_norm
+        Norm of every polyphase anchoring (default ``"l4"``: the L2 and L1 polyphase
+        norms of smoothly upsampled images such as the bundled digits tie exactly).
     """
 
     def __init__(
@@ -65,11 +69,12 @@ class ShiftViT(ShiftTransformer):
         pool: Literal["mean", "attention", "cls"] = "mean",
         positional: Literal["conv", "absolute", "none"] = "conv",
         bias: Literal["circulant", "clipped", "default"] | None = "default",
+        anchor_norm: Norm = "l4",
     ) -> None:
         super().__init__()
         self.equivariant = equivariant
         size = as_pair("ShiftViT", image_size)
-        self.patch_embed = PatchEmbedding(in_channels, dim, patch, size, anchored=equivariant)
+        self.patch_embed = PatchEmbedding(in_channels, dim, patch, size, anchored=equivariant, norm=anchor_norm)
         grid = self.patch_embed.grid
         if pool not in ("mean", "attention", "cls"):
             raise GroupError(f"ShiftViT: expected pool 'mean', 'attention' or 'cls', got {pool!r}")

@@ -84,7 +84,8 @@ class LiftedPatchEmbedding(nn.Module):
                 f"got {x.shape[-2]}x{x.shape[-1]}"
             )
         flat = self.weight.flatten(-2)  # (O, I, p²)
-        kernels = flat[..., self.kernel_index]  # (O, I, G, p²)
+        kernel_index: torch.Tensor = self.kernel_index  # type: ignore[assignment]
+        kernels = flat[..., kernel_index]  # (O, I, G, p²)
         kernels = rearrange(kernels, "o i g (u v) -> (g o) i u v", u=p)
         g = self.point_group.order()
         out = F.conv2d(x, kernels, self.bias.repeat(g), stride=p)

@@ -480,7 +480,9 @@ class ContinuousGroupEncoding(GroupPositionalEncoding):
         )
 
     def entry_values(self, geometry: RelativeGeometry) -> torch.Tensor:
-        weight = self.mlp[0].weight
+        first = self.mlp[0]
+        assert isinstance(first, nn.Linear)
+        weight = first.weight
         coords = (geometry.spatial_offsets / geometry.scale).to(dtype=weight.dtype, device=weight.device)
         spatial = self.mlp(coords)  # (S, F)
         if geometry.lifting != self.lifting:
