@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny data, one epoch")
     parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--limit", type=int, default=600, help="training samples (full run)")
+    parser.add_argument("--limit", type=int, default=512, help="training samples (full run)")
     parser.add_argument("--model", default="gsa" if "gsa" in list_models() else "group_vit")
     args = parser.parse_args(argv)
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         name = f"{args.model} ({group.name})" if equivariant else f"{args.model} (baseline)"
         torch.manual_seed(0)
         model = create(args.model, equivariant=equivariant)
-        train(model, data, TrainConfig(epochs=epochs, batch_size=32, lr=3e-3, progress=not args.quick))
+        train(model, data, TrainConfig(epochs=epochs, batch_size=32, lr=5e-3, progress=not args.quick))
         by_angle = accuracy_by_rotation(model, test_x, test_y)
         consistency = rotation_consistency(model, test_x)
         check = check_classifier(model, test_x[:2], group, count=6)

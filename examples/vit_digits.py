@@ -29,7 +29,7 @@ from groupattn.training import (
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny data, one epoch")
-    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--epochs", type=int, default=15)
     args = parser.parse_args(argv)
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         name = "shift-equivariant ViT" if equivariant else "baseline ViT"
         torch.manual_seed(0)
         model = create("vit", equivariant=equivariant)
-        train(model, data, TrainConfig(epochs=epochs, batch_size=32, lr=2e-3, progress=not args.quick))
+        train(model, data, TrainConfig(epochs=epochs, batch_size=32, lr=5e-3, progress=not args.quick))
         test_x, test_y = data.test_images, data.test_labels
         if args.quick:
             test_x, test_y = test_x[:16], test_y[:16]

@@ -189,7 +189,7 @@ class _Propagator:
         env: dict[fx.Node, Any] = {}
         sym_env: dict[fx.Node, Any] = {}
         interp = fx.Interpreter(gm)
-        placeholders = iter(inputs)
+        graph_inputs = iter(inputs)
         output_sym: Sym = StaticSym(value=None)
         output_value: Any = None
         for node in gm.graph.nodes:
@@ -201,7 +201,7 @@ class _Propagator:
             if node.op == "placeholder":
                 value: Any
                 try:
-                    value, sym = next(placeholders)
+                    value, sym = next(graph_inputs)
                 except StopIteration:
                     value = node.args[0] if node.args else None
                     sym = StaticSym(value=value)

@@ -1,14 +1,22 @@
-"""pytest helpers: a fixture that runs a test in float32 and float64, and seeding."""
+"""pytest helpers: a fixture that runs a test in float32 and float64, and seeding.
+
+pytest is only needed to use the fixture; importing this module works without it.
+"""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from typing import Any
 
-import pytest
 import torch
 
 __all__ = ["float_dtype", "seed_everything"]
+
+try:
+    import pytest
+except ImportError:  # pragma: no cover - pytest is a dev dependency
+    pytest = None  # type: ignore[assignment]
 
 
 def seed_everything(seed: int = 0) -> None:
@@ -23,8 +31,20 @@ def seed_everything(seed: int = 0) -> None:
         pass
 
 
-@pytest.fixture(params=[torch.float32, torch.float64], ids=["float32", "float64"])
-def float_dtype(request: pytest.FixtureRequest) -> Iterator[torch.dtype]:
-    """Run the test once in float32 and once in float64 (seeded), yielding the dtype."""
+def _float_dtype(request: Any) -> Iterator[torch.dtype]:
+    """Run the test once in float32 and once in float64 (seeded), yielding the dtype.
+
+    A pytest fixture (parametrised over ``torch.float32`` and ``torch.float64``); import
+    it into a ``conftest.py`` to use it.
+    """
     seed_everything(0)
     yield request.param
+
+
+float_dtype = (
+    pytest.fixture(params=[torch.float32, torch.float64], ids=["float32", "float64"], name="float_dtype")(
+        _float_dtype
+    )
+    if pytest is not None
+    else _float_dtype
+)

@@ -168,7 +168,10 @@ def evaluate(
     labels = labels.cpu()
     if distances is None:
         distances = tuple(range(0, images.shape[-1] // 2 + 1, 4))
-    by_shift = accuracy_by_shift(model, images, labels, distances, batch_size)
+    moving = tuple(d for d in distances if d != 0)
+    by_shift = accuracy_by_shift(model, images, labels, moving, batch_size)
+    if 0 in distances:  # the unshifted images: the clean predictions already computed
+        by_shift = {d: float((clean == labels).float().mean()) if d == 0 else by_shift[d] for d in distances}
     if images.shape[-1] == images.shape[-2]:
         turned = [clean] + [predict(model, rotate_quarter_turns(images, k), batch_size) for k in (1, 2, 3)]
         by_rotation = {90 * k: float((p == labels).float().mean()) for k, p in enumerate(turned)}

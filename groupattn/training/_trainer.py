@@ -57,8 +57,8 @@ class TrainConfig:
     """
 
     epochs: int = 3
-    batch_size: int = 64
-    lr: float = 2e-3
+    batch_size: int = 32
+    lr: float = 5e-3
     weight_decay: float = 1e-4
     optimizer: str = "adamw"
     schedule: str = "cosine"
