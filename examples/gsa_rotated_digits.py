@@ -35,7 +35,6 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser.add_argument("--limit", type=int, default=512, help="training samples (full run)")
     parser.add_argument("--model", default="gsa" if "gsa" in list_models() else "group_vit")
     args = parser.parse_args(argv)
-    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
     data = load_training_data("digits", limit=32 if args.quick else args.limit)
     test_x, test_y = data.test_images, data.test_labels

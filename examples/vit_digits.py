@@ -31,7 +31,6 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser.add_argument("--quick", action="store_true", help="tiny data, one epoch")
     parser.add_argument("--epochs", type=int, default=15)
     args = parser.parse_args(argv)
-    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
     data = load_training_data("digits", limit=96 if args.quick else None)
     epochs = 1 if args.quick else args.epochs
@@ -45,7 +44,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         test_x, test_y = data.test_images, data.test_labels
         if args.quick:
             test_x, test_y = test_x[:16], test_y[:16]
-        report = evaluate(model, test_x, test_y, max_shift=8, distances=(0, 8) if args.quick else (0, 4, 8, 16))
+        report = evaluate(model, test_x, test_y, max_shift=8, distances=(0, 8) if args.quick else (0, 1, 2, 4, 8, 16))
         check = check_classifier(model, test_x[:2 if args.quick else 4], group)
         results[name] = {
             "accuracy": report.accuracy,

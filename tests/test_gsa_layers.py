@@ -400,3 +400,13 @@ def test_chunked_bias_gradient_matches_autograd(
     reference = gradients()
     for a, b in zip(ours, reference):
         assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_subgroups_act_through_the_larger_point_group() -> None:
+    d4_layer = _randomise_encoding(GroupSelfAttention(2, 2, "D4", num_heads=1, neighbourhood=3)).double()
+    x = torch.randn(1, 2, 8, SIZE, SIZE, dtype=torch.float64)
+    assert d4_layer.contract(p4(SIZE)).kind == Kind.EQUIVARIANT
+    assert_equivariant(d4_layer, x, p4(SIZE), elements=_elements(p4(SIZE))[:5])  # C4 ⊂ D4
+    c4_layer = GroupSelfAttention(2, 2, "C4", num_heads=1)
+    reason = c4_layer.contract(p4m(SIZE)).reason or ""
+    assert c4_layer.contract(p4m(SIZE)).kind == Kind.BREAKS and "D4" in reason

@@ -39,7 +39,7 @@ def test_gsa_logits_are_invariant(point_group: str) -> None:
 
 
 def test_gsa_float32_and_table_variant() -> None:
-    model = create("gsa", encoding="table", neighbourhood=None, image_size=8, channels=4).eval()
+    model = create("gsa", encoding="table", neighbourhood=None, image_size=8, channels=4, query_position=True).eval()
     x = torch.randn(2, 1, 8, 8)
     assert_equivariant(model, x, p4(8), elements=_gsa_elements(p4(8)))
 

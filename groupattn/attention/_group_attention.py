@@ -56,14 +56,15 @@ _CHUNK_ELEMENTS = 1 << 24  # logits per chunk when computing the bias gradient (
 
 
 class _AttendTrainableBias(torch.autograd.Function):
-    """``attend(q, k, v, bias)`` with a memory-bounded gradient for a trainable ``bias``.
+    """``attend(q, k, v, bias)`` with a memory-bounded backward for a trainable ``bias``.
 
     PyTorch's fused CPU kernel has no gradient for ``attn_mask``; asking for one falls
     back to the unfused path that materialises every ``(B, heads, Q, K)`` logit several
-    times. Here the forward pass and the ``q, k, v`` gradients use the fused kernel
-    (through :func:`~groupattn.attention.attend`, recomputed in backward), and the bias
-    gradient ``P ⊙ (dO·vᵀ − rowsum(dO ⊙ O))`` is accumulated over chunks of batch and
-    queries, never holding more than ``_CHUNK_ELEMENTS`` logits.
+    times. Here the forward pass is the fused kernel (:func:`~groupattn.attention.attend`
+    with a detached bias) and the backward pass recomputes the probabilities ``P`` over
+    chunks of batch and queries (never more than ``_CHUNK_ELEMENTS`` logits at once) to
+    accumulate ``dbias = P ⊙ (dO·vᵀ − rowsum(dO ⊙ O))`` together with ``dq``, ``dk``,
+    ``dv``.
     """
 
     @staticmethod
@@ -73,41 +74,30 @@ class _AttendTrainableBias(torch.autograd.Function):
         with torch.no_grad():  # a detached mask keeps the fused kernel
             out = attend(query.detach(), key.detach(), value.detach(), bias.detach(), module=module)
         ctx.save_for_backward(query, key, value, bias, out)
-        ctx.module = module
         return out
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
         query, key, value, bias, out = ctx.saved_tensors
-        grads: list[torch.Tensor | None] = [None, None, None]
-        needs = ctx.needs_input_grad[:3]
-        if any(needs):
-            with torch.enable_grad():
-                q, k, v = (t.detach().requires_grad_(n) for t, n in zip((query, key, value), needs))
-                recomputed = attend(q, k, v, bias.detach(), module=ctx.module)
-                inputs = [t for t, n in zip((q, k, v), needs) if n]
-                computed = iter(torch.autograd.grad(recomputed, inputs, grad_out))
-                grads = [next(computed) if n else None for n in needs]
-        grad_bias = None
-        if ctx.needs_input_grad[3]:
-            grad_bias = _bias_gradient(query, key, value, bias, out, grad_out)
-        return (*grads, grad_bias, None)
+        return (*_chunked_backward(query, key, value, bias, out, grad_out), None)
 
 
-def _bias_gradient(
+def _chunked_backward(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
     bias: torch.Tensor,
     out: torch.Tensor,
     grad_out: torch.Tensor,
-) -> torch.Tensor:
-    """``dL/dbias`` in chunks; ``bias`` broadcasts to ``(B, heads, Q, K)``."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dq, dk, dv, dbias)`` of softmax attention, in chunks; ``bias`` broadcasts to ``(B, heads, Q, K)``."""
     b, heads, q_len, d = query.shape
     k_len = key.shape[-2]
     scale = 1.0 / math.sqrt(d)
-    grad = torch.zeros(bias.shape, dtype=torch.float32 if bias.dtype == torch.float16 else bias.dtype,
-                       device=bias.device)
+    grad_q = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+    grad_k = torch.zeros(key.shape, dtype=key.dtype, device=key.device)
+    grad_v = torch.zeros(value.shape, dtype=value.dtype, device=value.device)
+    grad_bias = torch.zeros(bias.shape, dtype=bias.dtype, device=bias.device)
     rows = max(1, min(q_len, _CHUNK_ELEMENTS // max(1, heads * k_len)))
     batch_chunk = max(1, min(b, _CHUNK_ELEMENTS // max(1, heads * rows * k_len)))
     full = (b, heads, q_len, k_len)
@@ -115,18 +105,24 @@ def _bias_gradient(
     reduce_dims = [i for i, n in enumerate(bias.shape) if n == 1 and full[i] != 1]
     for b0 in range(0, b, batch_chunk):
         b1 = min(b, b0 + batch_chunk)
+        k_chunk, v_chunk = key[b0:b1], value[b0:b1]
         for r0 in range(0, q_len, rows):
             r1 = min(q_len, r0 + rows)
-            logits = torch.matmul(query[b0:b1, :, r0:r1], key[b0:b1].transpose(-1, -2)) * scale
-            probs = torch.softmax(logits + bias_full[b0:b1, :, r0:r1], dim=-1)
-            d_probs = torch.matmul(grad_out[b0:b1, :, r0:r1], value[b0:b1].transpose(-1, -2))
-            row_dot = (grad_out[b0:b1, :, r0:r1] * out[b0:b1, :, r0:r1]).sum(-1, keepdim=True)
-            d_logits = probs * (d_probs - row_dot)
+            q_chunk, do_chunk = query[b0:b1, :, r0:r1], grad_out[b0:b1, :, r0:r1]
+            logits = torch.matmul(q_chunk, k_chunk.transpose(-1, -2)).mul_(scale)
+            probs = torch.softmax(logits.add_(bias_full[b0:b1, :, r0:r1]), dim=-1)
+            del logits
+            grad_v[b0:b1] += torch.matmul(probs.transpose(-1, -2), do_chunk)
+            row_dot = (do_chunk * out[b0:b1, :, r0:r1]).sum(-1, keepdim=True)
+            d_logits = torch.matmul(do_chunk, v_chunk.transpose(-1, -2)).sub_(row_dot).mul_(probs)
+            del probs
+            grad_q[b0:b1, :, r0:r1] = torch.matmul(d_logits, k_chunk) * scale
+            grad_k[b0:b1] += torch.matmul(d_logits.transpose(-1, -2), q_chunk) * scale
             if reduce_dims:
                 d_logits = d_logits.sum(dim=reduce_dims, keepdim=True)
-            bsl = slice(None) if 0 in reduce_dims or bias.shape[0] == 1 else slice(b0, b1)
-            grad[bsl, :, r0:r1] += d_logits.to(grad.dtype)
-    return grad.to(bias.dtype)
+            batch_slice = slice(None) if bias.shape[0] == 1 else slice(b0, b1)
+            grad_bias[batch_slice, :, r0:r1] += d_logits
+    return grad_q, grad_k, grad_v, grad_bias
 
 
 def attend_with_bias(
@@ -198,7 +194,8 @@ class _RotoTranslationAttention(nn.Module):
         else:
             raise GroupError(f"{name}: expected encoding 'table' or 'continuous', got {encoding!r}")
         self._bias_cache: tuple[Any, torch.Tensor | None] | None = None
-        self.max_tile = 2  # tile side cap of local attention (see WindowTiling)
+        # tile side cap of local attention (see WindowTiling); k − 1 measured best for k = 3, 5
+        self.max_tile = max(1, (neighbourhood or 1) - 1)
         self._tile_cache: dict[tuple[int, int], tuple[WindowTiling, torch.Tensor, torch.Tensor]] = {}
 
     # ------------------------------------------------------------------ helpers

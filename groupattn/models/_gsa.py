@@ -48,7 +48,8 @@ class GSANet(nn.Module):
         ``"continuous"`` (GSA-style MLP) or ``"table"`` (orbital table; needs
         ``image_size`` for global attention).
     query_position
-        Use the query-dependent content × position term.
+        Use GSA-Nets' query-dependent content × position term (off by default: the
+        tiny preset keeps the additive orbital bias only, for speed).
     image_size
         Input side (for global orbital tables).
     """
@@ -65,7 +66,7 @@ class GSANet(nn.Module):
         head_channels: int | None = None,
         neighbourhood: int | None = 3,
         encoding: str = "continuous",
-        query_position: bool = True,
+        query_position: bool = False,
         image_size: int = 32,
     ) -> None:
         super().__init__()

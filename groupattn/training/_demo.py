@@ -61,7 +61,7 @@ class DemoSettings:
 
     epochs: int = 15
     limit: int | None = None
-    test_limit: int | None = 300
+    test_limit: int | None = 250
     batch_size: int = 32
     lr: float = 5e-3
     max_shift: int = 8
@@ -317,7 +317,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--models", default=None, help="comma-separated registry names (default: vit and gsa)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for the run")
+    p.add_argument(
+        "--threads", type=int, default=1,
+        help="torch.set_num_threads for the run (default 1: the models are tiny, and one thread "
+        "per process avoids oversubscription on a shared machine)",
+    )
     p.add_argument("--json", default=None, help="write the table and curves as JSON")
     p.add_argument("--plot", default=None, help="write accuracy against shift and rotation as PNG")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
