@@ -21,7 +21,7 @@ EXPECTED_KEYS = {
     "model", "variant", "label", "group", "accuracy", "shifted_accuracy", "shift_consistency",
     "rotated_accuracy", "rotation_consistency", "accuracy_by_shift", "accuracy_by_rotation",
     "equivariance_error", "equivariance_group", "verdict", "verdict_detail", "parameters",
-    "train_seconds", "train_cpu_seconds", "train_size", "epochs",
+    "train_seconds", "train_cpu_seconds", "train_size", "epochs", "predicted_classes",
 }
 
 
@@ -48,6 +48,7 @@ def test_demo_json_structure(demo_run: tuple[dict, str, Path]) -> None:
             assert 0.0 <= row[key] <= 1.0
         assert set(row["accuracy_by_rotation"]) == {"0", "90", "180", "270"}
         assert set(row["accuracy_by_shift"]) == {"0", "8"}
+        assert 1 <= row["predicted_classes"] <= 10
     assert all(row["train_size"] == 64 and row["epochs"] == 1 for row in rows)
     assert results["train_size"] == 1348 and results["test_size"] == 16
 

@@ -212,9 +212,11 @@ def test_rotation_metric_matches_rotated_accuracy(k: int) -> None:
 
 def test_evaluate_reports_every_metric(small_digits: TrainingData) -> None:
     torch.manual_seed(0)
-    report = evaluate(PixelwiseInvariant(), small_digits.test_images, small_digits.test_labels, distances=(0, 8))
+    model = PixelwiseInvariant()
+    report = evaluate(model, small_digits.test_images, small_digits.test_labels, distances=(0, 8))
     assert report.shift_consistency == 1.0 and report.rotation_consistency == 1.0
     assert report.shifted_accuracy == pytest.approx(report.accuracy)
+    assert report.predicted_classes == int(model(small_digits.test_images).argmax(-1).unique().numel())
     as_json = json.loads(json.dumps(report.as_dict()))
     assert set(as_json["accuracy_by_shift"]) == {"0", "8"}
     assert set(as_json["accuracy_by_rotation"]) == {"0", "90", "180", "270"}

@@ -291,6 +291,12 @@ def _run(args: argparse.Namespace) -> int:
     for row in results["rows"]:
         if row["verdict_detail"]:
             print(f"  checker on {row['label']}: {row['verdict']} — {row['verdict_detail']}")
+    for row in results["rows"]:
+        if row["predicted_classes"] == 1:
+            print(
+                f"  note: {row['label']} predicts one class for every test digit (not trained enough): "
+                "its consistency reflects a constant prediction, not a learned invariance"
+            )
     print(f"total {results['seconds']:.0f} s")
     if args.json:
         with open(args.json, "w") as fh:

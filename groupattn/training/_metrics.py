@@ -131,6 +131,9 @@ class Evaluation:
         See :func:`rotation_consistency`.
     accuracy_by_shift, accuracy_by_rotation
         See :func:`accuracy_by_shift` and :func:`accuracy_by_rotation`.
+    predicted_classes
+        How many different classes the model predicts on the clean test images; 1 means
+        a constant prediction, whose consistency says nothing about invariance.
     """
 
     accuracy: float
@@ -140,6 +143,7 @@ class Evaluation:
     rotation_consistency: float
     accuracy_by_shift: dict[int, float] = field(default_factory=dict)
     accuracy_by_rotation: dict[int, float] = field(default_factory=dict)
+    predicted_classes: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dictionary (dictionary keys become strings)."""
@@ -190,4 +194,5 @@ def evaluate(
         rotation_consistency=rot_consistency,
         accuracy_by_shift=by_shift,
         accuracy_by_rotation=by_rotation,
+        predicted_classes=int(clean.unique().numel()),
     )
