@@ -363,3 +363,15 @@ def test_broken_model_summary_shows_the_break(capsys: pytest.CaptureFixture[str]
     out = capsys.readouterr().out
     error = float(out.split("equivariance error")[1].split()[0])
     assert error > 1e-3
+
+
+def test_train_command_with_a_registry_model(capsys: pytest.CaptureFixture[str]) -> None:
+    common = ["--limit", "32", "--epochs", "1", "--batch-size", "16", "--no-progress"]
+    assert main(["train", "--model", "vit", *common]) == 0
+    out = capsys.readouterr().out
+    assert "training vit (equivariant)" in out and "shift consistency      100.00%" in out
+    assert float(out.split("equivariance error")[1].split()[0]) <= 1e-10  # float64 check
+    assert main(["train", "--model", "vit", "--baseline", *common]) == 0
+    out = capsys.readouterr().out
+    assert "training vit (baseline)" in out
+    assert float(out.split("equivariance error")[1].split()[0]) > 1e-4
