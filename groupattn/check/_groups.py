@@ -8,8 +8,8 @@ from ..groups import CyclicGroup, DihedralGroup, Group, GroupError, TorusTransla
 
 __all__ = ["GROUP_NAMES", "group_from_name"]
 
-#: The names :func:`group_from_name` accepts.
 GROUP_NAMES: tuple[str, ...] = ("translations", "c4", "d4", "p4", "p4m")
+"""The names :func:`group_from_name` accepts."""
 
 
 def group_from_name(name: str, input_shape: Sequence[int]) -> Group:

@@ -48,3 +48,5 @@ float_dtype = (
     if pytest is not None
     else _float_dtype
 )
+"""pytest fixture: runs the test once in ``torch.float32`` and once in ``torch.float64``
+(seeded), passing the dtype. Import it into a ``conftest.py`` to use it."""

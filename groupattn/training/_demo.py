@@ -246,7 +246,7 @@ def plot_results(results: dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.6))
     for row in results["rows"]:
         style = "--" if row["variant"] == "baseline" else "-"
         shifts = sorted((int(k), v) for k, v in row["accuracy_by_shift"].items())
@@ -262,8 +262,9 @@ def plot_results(results: dict[str, Any], path: str) -> None:
     for axis in (left, right):
         axis.set_ylim(0, 100)
         axis.grid(alpha=0.3)
-    right.legend(loc="lower left", fontsize="small")
-    fig.tight_layout()
+    handles, labels = left.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=max(1, len(labels)), fontsize="small", frameon=False)
+    fig.tight_layout(rect=(0.0, 0.07, 1.0, 1.0))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -8,8 +8,8 @@ from ..groups import CyclicGroup, DihedralGroup, Group, GroupError, TorusTransla
 
 __all__ = ["GROUP_NAMES", "resolve_group"]
 
-#: The group names of :class:`groupattn.models.ModelSpec` this module understands.
 GROUP_NAMES: tuple[str, ...] = ("translations", "p4", "p4m", "c4", "d4")
+"""The group names of :class:`groupattn.models.ModelSpec` that :func:`resolve_group` understands."""
 
 
 def resolve_group(name: str | Group, input_shape: Sequence[int]) -> Group:

@@ -150,7 +150,8 @@ def train(
     parameters). With ``config.checkpoint`` rank 0 writes model, optimizer, schedule,
     completed epochs and every rank's random-number states after each epoch; with
     ``config.resume`` training continues from it, giving the same parameters as an
-    uninterrupted run.
+    uninterrupted run. Runs are bitwise reproducible for a fixed device and number of
+    threads (other thread counts reduce in another order).
 
     Parameters
     ----------
