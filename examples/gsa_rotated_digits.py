@@ -16,13 +16,13 @@ import argparse
 
 import torch
 
+from groupattn.groups import group_from_name
 from groupattn.models import create, get_spec, list_models
 from groupattn.training import (
     TrainConfig,
     accuracy_by_rotation,
     check_classifier,
     load_training_data,
-    resolve_group,
     rotation_consistency,
     train,
 )
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     if args.quick:
         test_x, test_y = test_x[:8], test_y[:8]
     epochs = 1 if args.quick else args.epochs
-    group = resolve_group(get_spec(args.model).group, data.input_shape)
+    group = group_from_name(get_spec(args.model).group, data.input_shape)
     results: dict[str, dict[str, float]] = {}
     for equivariant in (False, True):
         name = f"{args.model} ({group.name})" if equivariant else f"{args.model} (baseline)"

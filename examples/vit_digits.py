@@ -15,13 +15,13 @@ import argparse
 
 import torch
 
+from groupattn.groups import group_from_name
 from groupattn.models import create
 from groupattn.training import (
     TrainConfig,
     check_classifier,
     evaluate,
     load_training_data,
-    resolve_group,
     train,
 )
 
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
 
     data = load_training_data("digits", limit=96 if args.quick else None)
     epochs = 1 if args.quick else args.epochs
-    group = resolve_group("translations", data.input_shape)  # all circular shifts of 32x32
+    group = group_from_name("translations", data.input_shape)  # all circular shifts of 32x32
     results: dict[str, dict[str, float]] = {}
     for equivariant in (False, True):
         name = "shift-equivariant ViT" if equivariant else "baseline ViT"

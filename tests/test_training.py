@@ -14,8 +14,13 @@ from training_helpers import FlattenBaseline, InvariantCNN, PixelwiseInvariant
 
 from groupattn.cli import main
 from groupattn.data import rotate_quarter_turns
-from groupattn.groups import CyclicGroup, DihedralGroup, GroupError, TorusTranslations, p4
-from groupattn.testing import assert_equivariant, equivariance_error
+from groupattn.groups import (
+    DihedralGroup,
+    TorusTranslations,
+    group_from_name,
+    p4,
+)
+from groupattn.testing import assert_equivariant, equivariance_error, representative_elements
 from groupattn.training import (
     DataError,
     DistributedContext,
@@ -29,11 +34,9 @@ from groupattn.training import (
     load_checkpoint,
     load_image_folder,
     load_training_data,
-    resolve_group,
     rotation_consistency,
     save_checkpoint,
     shift_consistency,
-    test_elements,
     train,
 )
 from groupattn.training._command import build_model, parse_model_args
@@ -153,25 +156,10 @@ def test_image_folder_errors(tmp_path: Path) -> None:
         load_image_folder(tmp_path / "noimages")
 
 
-# ---------------------------------------------------------------- groups
-def test_resolve_group_names() -> None:
-    assert resolve_group("translations", (1, 32, 24)) == TorusTranslations(32, 24)
-    assert resolve_group("p4", (1, 16, 16)) == p4(16)
-    assert resolve_group("c4", (1, 8, 8)) == CyclicGroup(4)
-    assert resolve_group("d4", (1, 8, 8)) == DihedralGroup(4)
-    assert resolve_group(p4(8), (1, 3, 3)) == p4(8)
-    with pytest.raises(GroupError, match="resolve_group: expected one of"):
-        resolve_group("so3", (1, 8, 8))
-    with pytest.raises(GroupError, match="expected a square image for the group p4, got 8x6"):
-        resolve_group("p4", (1, 8, 6))
-    with pytest.raises(GroupError, match=r"expected an input shape \(C, H, W\)"):
-        resolve_group("p4", (8, 8))
-
-
-def test_test_elements_cover_small_groups_and_sample_large_ones() -> None:
-    assert len(test_elements(DihedralGroup(4))) == 8
+def test_representative_elements_cover_small_groups_and_sample_large_ones() -> None:
+    assert len(representative_elements(DihedralGroup(4))) == 8
     torus = TorusTranslations(32, 32)
-    chosen = test_elements(torus, count=8)
+    chosen = representative_elements(torus, max_all=8, samples=8)
     assert set(torus.generators()) <= set(chosen)
     assert len(chosen) == len(set(chosen)) >= 8
 
@@ -226,7 +214,7 @@ def test_evaluate_reports_every_metric(small_digits: TrainingData) -> None:
 
 # ---------------------------------------------------------------- equivariance check
 def test_check_classifier_measures_invariance(small_digits: TrainingData) -> None:
-    group = resolve_group("translations", small_digits.input_shape)
+    group = group_from_name("translations", small_digits.input_shape)
     torch.manual_seed(0)
     good = check_classifier(InvariantCNN(), small_digits.test_images[:3], group)
     bad = check_classifier(FlattenBaseline(), small_digits.test_images[:3], group)

@@ -179,7 +179,7 @@ class _RotoTranslationAttention(nn.Module):
         self.neighbourhood = neighbourhood
         self.query_position = query_position
         inner = num_heads * head_channels
-        self.qkv = nn.Linear(in_channels, 3 * inner, bias=False)
+        self.qkv = nn.Linear(in_channels, 3 * inner)
         self.proj = nn.Linear(inner, out_channels)
         vector_channels = head_channels if query_position else 0
         self.encoding: GroupPositionalEncoding

@@ -10,9 +10,9 @@ import (see ``groupattn/check/_torch_contracts.py``); register your own with
 :func:`groupattn.contracts.register_contract` or a ``contract`` method.
 """
 
+from ..groups import GROUP_NAMES, group_from_name
 from ._certificate import BreakInfo, Certificate, Verdict, VerificationReport
 from ._certify import certify, default_input_type, verify
-from ._groups import GROUP_NAMES, group_from_name
 from ._layout import Atom, LayoutField, describe_layout
 from ._symbols import Frame
 

@@ -16,10 +16,17 @@ from torch import nn
 from ..actions import FieldType, GridField, InvariantField, LiftedField, TokenField, point_group_of
 from ..canonical import Canonicalized
 from ..contracts import Kind
-from ..groups import FiniteGroup, Group, GroupElement, GroupError, TorusTranslations
+from ..groups import (
+    FiniteGroup,
+    Group,
+    GroupElement,
+    GroupError,
+    TorusTranslations,
+    group_from_name,
+)
+from ..testing import default_tolerance, equivariance_error, relative_error, representative_elements
 from ._certificate import BreakInfo, Certificate, Verdict, VerificationReport
 from ._engine import propagate
-from ._groups import group_from_name
 from ._layout import describe_layout, field_from_layout, layout_from_field
 from ._symbols import BROKEN, UNKNOWN, TensorSym, Unverifiable
 
@@ -244,14 +251,6 @@ def _main_output(y: Any) -> torch.Tensor:
     raise GroupError(f"verify: expected the model to return a tensor, got {type(y).__name__}")
 
 
-def _default_elements(group: Group) -> list[GroupElement]:
-    if isinstance(group, FiniteGroup) and group.order() <= 16:
-        return group.elements()
-    gens = list(group.generators())
-    extra = [g for g in group.sample(4, seed=0) if g not in gens]
-    return gens + extra
-
-
 def _guess_output(y: torch.Tensor, x: torch.Tensor, in_type: FieldType, group: Group) -> tuple[FieldType, Group | None]:
     if y.dim() <= 2:
         return InvariantField(), None
@@ -312,8 +311,6 @@ def verify(
     -------
     VerificationReport
     """
-    # imported here: groupattn.testing pulls in pytest, which a plain install may lack
-    from ..testing._equivariance import default_tolerance, equivariance_error
 
     group = _resolve_group(group, x)
     in_type = input_type or (certificate.input_type if certificate is not None else None) or default_input_type(x, group)
@@ -358,7 +355,7 @@ def verify(
             output_type, guessed_group = _guess_output(y, xw, in_type, group)
             output_group = output_group or guessed_group
         out_field = _OnGroup(output_type, output_group) if output_group is not None and output_group != group else output_type
-        elems = [group.element(g) for g in elements] if elements is not None else _default_elements(group)
+        elems = [group.element(g) for g in elements] if elements is not None else representative_elements(group)
         tol = default_tolerance(dtype) if tolerance is None else tolerance
         if up_to_frame:
             errors = _errors_up_to_frame(work, xw, group, elems, in_type, out_field, output_group or group)
@@ -381,7 +378,6 @@ def verify(
 def _errors_up_to_frame(
     model: nn.Module, x: torch.Tensor, group: Group, elems: list[GroupElement], in_type: FieldType, out_field: FieldType, out_group: Group
 ) -> dict[GroupElement, float]:
-    from ..testing._equivariance import relative_error
 
     if not isinstance(group, FiniteGroup):
         raise GroupError(f"verify: expected a finite group to compare up to frame, got {group.name}")

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ._groups import GROUP_NAMES, group_from_name
+from ..groups import GROUP_NAMES, group_from_name
 
 __all__ = ["register", "run"]
 

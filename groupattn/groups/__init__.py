@@ -10,12 +10,14 @@ and graph automorphism groups. Define a new group by subclassing :class:`Group` 
 
 from ._base import FiniteGroup, Group, GroupElement, GroupError
 from ._catalog import AxiomReport, builtin_groups, check_group_axioms
+from ._named import GROUP_NAMES, group_from_name
 from ._permutation import PermutationGroup, SymmetricGroup, graph_automorphism_group
 from ._point import CyclicGroup, DihedralGroup, PointGroup, integer_matrix, real_matrix
 from ._products import DirectProduct, RotoTranslationGroup, SemidirectProduct, p4, p4m
 from ._translations import GridTranslations, TorusTranslations
 
 __all__ = [
+    "GROUP_NAMES",
     "AxiomReport",
     "CyclicGroup",
     "DihedralGroup",
@@ -34,6 +36,7 @@ __all__ = [
     "builtin_groups",
     "check_group_axioms",
     "graph_automorphism_group",
+    "group_from_name",
     "integer_matrix",
     "p4",
     "p4m",

@@ -11,7 +11,7 @@ from ..actions import GridField, InvariantField
 from ..attention import LiftingSelfAttention, resolve_point_group
 from ..contracts import Contract, Kind
 from ..groups import Group, PointGroup
-from ..nn import GroupBlock, GroupGlobalPool, GroupLayerNorm, chain_contract
+from ..nn import GroupBlock, GroupGlobalPool, GroupLayerNorm, SymmetricConvStem, chain_contract
 from ._registry import register_model
 
 __all__ = ["GSANet"]
@@ -68,6 +68,7 @@ class GSANet(nn.Module):
         encoding: str = "continuous",
         query_position: bool = False,
         image_size: int = 32,
+        stem_channels: int = 8,
     ) -> None:
         super().__init__()
         self.equivariant = equivariant
@@ -81,18 +82,21 @@ class GSANet(nn.Module):
             size=image_size,
             query_position=query_position,
         )
-        self.lift = LiftingSelfAttention(in_channels, channels, pg, **common)
+        self.stem: nn.Module = (
+            SymmetricConvStem(in_channels, stem_channels, symmetric=equivariant) if stem_channels else nn.Identity()
+        )
+        self.lift = LiftingSelfAttention(stem_channels or in_channels, channels, pg, **common)
         self.blocks = nn.Sequential(*[GroupBlock(channels, pg, **common) for _ in range(depth)])
         self.norm = GroupLayerNorm(channels, pg)
         self.pool = GroupGlobalPool(pg, "max")
         self.head = nn.Linear(channels, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.pool(self.norm(self.blocks(self.lift(x)))))
+        return self.head(self.pool(self.norm(self.blocks(self.lift(self.stem(x))))))
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """See the class docstring."""
-        parts = [("lift", self.lift), ("blocks", self.blocks), ("norm", self.norm), ("pool", self.pool)]
+        parts = [("stem", self.stem), ("lift", self.lift), ("blocks", self.blocks), ("norm", self.norm), ("pool", self.pool)]
         contract = chain_contract(parts, group, input_type)
         if contract.kind == Kind.BREAKS and not self.equivariant:
             return Contract.breaks(

@@ -1,7 +1,15 @@
 """Building blocks: patch embedding, patch merging, MLP, transformer blocks, class token."""
 
 from ._blocks import TransformerBlock, chain_contract
-from ._group import GroupBlock, GroupGlobalPool, GroupLayerNorm, GroupMLP, GroupPooling, LiftedAvgPool
+from ._group import (
+    GroupBlock,
+    GroupGlobalPool,
+    GroupLayerNorm,
+    GroupMLP,
+    GroupPooling,
+    LiftedAvgPool,
+    SymmetricConvStem,
+)
 from ._group_patch import AbsolutePositionEmbedding, LiftedPatchEmbedding
 from ._heads import ClassToken, ClassTokenReadout
 from ._merge import PatchMerging
@@ -10,13 +18,9 @@ from ._patch import PatchEmbedding
 
 __all__ = [
     "MLP",
+    "AbsolutePositionEmbedding",
     "ClassToken",
     "ClassTokenReadout",
-    "PatchEmbedding",
-    "PatchMerging",
-    "TransformerBlock",
-    "chain_contract",
-    "AbsolutePositionEmbedding",
     "GroupBlock",
     "GroupGlobalPool",
     "GroupLayerNorm",
@@ -24,4 +28,9 @@ __all__ = [
     "GroupPooling",
     "LiftedAvgPool",
     "LiftedPatchEmbedding",
+    "PatchEmbedding",
+    "PatchMerging",
+    "SymmetricConvStem",
+    "TransformerBlock",
+    "chain_contract",
 ]

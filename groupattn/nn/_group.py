@@ -26,6 +26,7 @@ __all__ = [
     "GroupMLP",
     "GroupPooling",
     "LiftedAvgPool",
+    "SymmetricConvStem",
 ]
 
 
@@ -314,3 +315,82 @@ class LiftedAvgPool(nn.Module):
                 t,
             )
         return _pointwise_contract("LiftedAvgPool", self.point_group, group, t, t)
+
+
+#: orbit of each 3 × 3 offset under D4 (0: centre, 1: edge midpoints, 2: corners)
+_D4_ORBITS_3X3 = torch.tensor([[2, 1, 2], [1, 0, 1], [2, 1, 2]])
+
+
+class SymmetricConvStem(nn.Module):
+    """A circular 3 × 3 convolution stem ``(B, C_in, H, W) → (B, C_out, H, W)``, then GELU.
+
+    With ``symmetric=True`` every kernel is invariant under D4 (the square's rotations
+    and reflections): it is parametrised by the three orbits of the 3 × 3 offsets
+    (centre, edge midpoints, corners), three weights per ``(out, in)`` pair. A
+    convolution with a D4-symmetric kernel commutes with the quarter turns and
+    reflections of the grid, and circular padding keeps it equivariant to torus
+    translations, so the stem turns a one-channel image into several scalar feature
+    maps before lifting without breaking p4 / p4m equivariance. With
+    ``symmetric=False`` the kernels are unconstrained (the z2 baselines' stem).
+
+    Contract: equivariant ``GridField → GridField`` under torus translations, under
+    point groups acting exactly on the grid (subgroups of D4) and ``T ⋊ H``; the
+    unconstrained stem breaks rotations and reflections; finer rotations (C8, …):
+    unknown.
+
+    Parameters
+    ----------
+    in_channels, out_channels
+        Channel widths.
+    symmetric
+        D4-symmetric kernels (equivariant) or unconstrained kernels (baseline).
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, symmetric: bool = True) -> None:
+        super().__init__()
+        if in_channels < 1 or out_channels < 1:
+            raise GroupError(
+                f"SymmetricConvStem: expected positive channel widths, got {in_channels} -> {out_channels}"
+            )
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.symmetric = symmetric
+        taps = 3 if symmetric else 9
+        bound = 1.0 / (in_channels * 9) ** 0.5
+        self.weight = nn.Parameter(torch.empty(out_channels, in_channels, taps).uniform_(-bound, bound) * 3**0.5)
+        self.bias = nn.Parameter(torch.zeros(out_channels))
+        self.register_buffer("orbits", _D4_ORBITS_3X3.reshape(-1).clone(), persistent=False)
+
+    def kernel(self) -> torch.Tensor:
+        """The convolution kernel ``(C_out, C_in, 3, 3)``."""
+        weight = self.weight[:, :, self.orbits] if self.symmetric else self.weight
+        return weight.reshape(self.out_channels, self.in_channels, 3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 4 or x.shape[1] != self.in_channels:
+            raise GroupError(
+                f"SymmetricConvStem: expected an image batch (B, C={self.in_channels}, H, W), got shape "
+                f"{tuple(x.shape)}"
+            )
+        padded = torch.nn.functional.pad(x, (1, 1, 1, 1), mode="circular")
+        return torch.nn.functional.gelu(torch.nn.functional.conv2d(padded, self.kernel().to(x.dtype), self.bias.to(x.dtype)))
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """See the class docstring."""
+        in_t = GridField()
+        try:
+            acting = point_group_of(group)
+        except GroupError as err:
+            return Contract.unknown(f"SymmetricConvStem: {err}", in_t)
+        if acting is None or acting.order() == 1:
+            return Contract.equivariant(in_t, in_t)
+        if not self.symmetric:
+            return Contract.breaks("SymmetricConvStem: unconstrained 3x3 kernels are not rotation-invariant", in_t, in_t)
+        if not acting.acts_exactly_on_grid:
+            return Contract.unknown(
+                f"SymmetricConvStem: {acting.name} rotations do not map the pixel grid to itself", in_t
+            )
+        return Contract.equivariant(in_t, in_t)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_channels}->{self.out_channels}, symmetric={self.symmetric}, circular 3x3"

@@ -9,6 +9,7 @@ from ._equivariance import (
     default_tolerance,
     equivariance_error,
     relative_error,
+    representative_elements,
 )
 from ._pytest import float_dtype, seed_everything
 
@@ -19,5 +20,6 @@ __all__ = [
     "equivariance_error",
     "float_dtype",
     "relative_error",
+    "representative_elements",
     "seed_everything",
 ]

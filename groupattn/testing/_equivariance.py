@@ -18,7 +18,25 @@ __all__ = [
     "default_tolerance",
     "equivariance_error",
     "relative_error",
+    "representative_elements",
 ]
+
+
+def representative_elements(
+    group: Group, max_all: int = 16, samples: int = 4, seed: int = 0
+) -> list[GroupElement]:
+    """Elements worth testing: all of a finite group of order ≤ ``max_all`` (C4, D4, …);
+    otherwise the generators followed by a seeded sample of ``samples`` elements,
+    without repeats.
+    """
+    order = group.order()
+    if group.is_finite and order is not None and order <= max_all:
+        return list(group.elements())  # type: ignore[attr-defined]
+    chosen: list[GroupElement] = []
+    for g in [*group.generators(), *group.sample(samples, seed=seed)]:
+        if g not in chosen:
+            chosen.append(g)
+    return chosen
 
 
 def default_tolerance(dtype: torch.dtype) -> float:

@@ -10,8 +10,7 @@ trained model's invariance under its group (:func:`check_classifier`). The
 from ._checkpoint import capture_rng_state, load_checkpoint, restore_rng_state, save_checkpoint
 from ._data import DataError, TrainingData, load_image_folder, load_training_data
 from ._distributed import DistributedContext, setup_distributed, teardown_distributed
-from ._equivariance import EquivarianceCheck, check_classifier, test_elements
-from ._groups import GROUP_NAMES, resolve_group
+from ._equivariance import EquivarianceCheck, check_classifier
 from ._metrics import (
     Evaluation,
     accuracy,
@@ -25,7 +24,6 @@ from ._metrics import (
 from ._trainer import TrainConfig, TrainResult, train
 
 __all__ = [
-    "GROUP_NAMES",
     "DataError",
     "DistributedContext",
     "EquivarianceCheck",
@@ -43,13 +41,11 @@ __all__ = [
     "load_image_folder",
     "load_training_data",
     "predict",
-    "resolve_group",
     "restore_rng_state",
     "rotation_consistency",
     "save_checkpoint",
     "setup_distributed",
     "shift_consistency",
     "teardown_distributed",
-    "test_elements",
     "train",
 ]

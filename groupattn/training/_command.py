@@ -11,10 +11,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..groups import group_from_name
 from ._data import TrainingData, load_training_data
 from ._distributed import setup_distributed, teardown_distributed
 from ._equivariance import EquivarianceCheck, check_classifier
-from ._groups import resolve_group
 from ._metrics import Evaluation, evaluate
 from ._trainer import TrainConfig, train
 
@@ -141,7 +141,7 @@ def _run(args: argparse.Namespace) -> int:
         evaluation = evaluate(model, data.test_images, data.test_labels, max_shift=args.max_shift, seed=args.seed)
         check = None
         if built.group is not None:
-            group = resolve_group(built.group, data.input_shape)
+            group = group_from_name(built.group, data.input_shape)
             check = check_classifier(model, data.test_images[:4], group)
         print(_format_summary(built.label, data, len(result.history), result.seconds, evaluation, check, args.max_shift))
         if args.json:

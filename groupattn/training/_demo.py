@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 
+from ..groups import group_from_name
 from ._command import build_model
 from ._data import TrainingData, load_training_data
 from ._equivariance import check_classifier
-from ._groups import resolve_group
 from ._metrics import evaluate
 from ._trainer import TrainConfig, train
 
@@ -158,7 +158,7 @@ def run_demo(
     rows: list[dict[str, Any]] = []
     for name in _resolve_models(models):
         group_name = get_spec(name).group
-        group = resolve_group(group_name, full.input_shape)
+        group = group_from_name(group_name, full.input_shape)
         epochs, limit, lr = settings.budget(name)
         data = full.limited(limit) if limit is not None else full
         for baseline in (True, False):

@@ -8,9 +8,10 @@ import torch
 from torch import nn
 
 from ..actions import GridField, InvariantField
-from ..groups import Group, GroupElement
+from ..groups import Group
+from ..testing import representative_elements
 
-__all__ = ["EquivarianceCheck", "check_classifier", "test_elements"]
+__all__ = ["EquivarianceCheck", "check_classifier"]
 
 
 @dataclass
@@ -38,22 +39,6 @@ class EquivarianceCheck:
     method: str
 
 
-def test_elements(group: Group, count: int = 8, seed: int = 0) -> list[GroupElement]:
-    """Elements to test: all of a group of order ≤ ``count`` (e.g. C4, D4); otherwise
-    the generators and a seeded sample of ``count`` elements, without repeats."""
-    order = group.order()
-    if group.is_finite and order is not None and order <= count:
-        return list(group.elements())  # type: ignore[attr-defined]
-    chosen: list[GroupElement] = []
-    for g in [*group.generators(), *group.sample(count, seed=seed)]:
-        if g not in chosen:
-            chosen.append(g)
-    return chosen
-
-
-test_elements.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
-
-
 def check_classifier(
     model: nn.Module,
     images: torch.Tensor,
@@ -70,7 +55,7 @@ def check_classifier(
     :func:`groupattn.check.verify` runs a copy of the model in ``dtype`` (float64 by
     default, so an exactly invariant model shows rounding-level errors, ~1e-15) with
     the group acting by exact permutations. The elements tested are
-    :func:`test_elements`.
+    :func:`groupattn.testing.representative_elements`.
 
     Parameters
     ----------
@@ -79,16 +64,16 @@ def check_classifier(
     images
         A few test images ``(B, C, H, W)``.
     group
-        The acting group (e.g. from :func:`resolve_group`).
+        The acting group (e.g. from :func:`groupattn.groups.group_from_name`).
     count, seed
-        How many elements to sample (see :func:`test_elements`), and the seed.
+        How many elements to sample (see :func:`groupattn.testing.representative_elements`), and the seed.
     dtype
         Evaluation dtype of the checker's copy of the model.
     """
     from ..check import verify
 
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    elements = test_elements(group, count, seed)
+    elements = representative_elements(group, max_all=count, samples=count, seed=seed)
     was_training = model.training
     model.eval()
     try:

@@ -1,18 +1,21 @@
-"""Group names used by the checker's command line and the model registry."""
+"""The spatial groups by name, built for a concrete input size."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..groups import CyclicGroup, DihedralGroup, Group, GroupError, TorusTranslations, p4, p4m
+from ._base import Group, GroupError
+from ._point import CyclicGroup, DihedralGroup
+from ._products import p4, p4m
+from ._translations import TorusTranslations
 
 __all__ = ["GROUP_NAMES", "group_from_name"]
 
 GROUP_NAMES: tuple[str, ...] = ("translations", "c4", "d4", "p4", "p4m")
-"""The names :func:`group_from_name` accepts."""
+"""The names :func:`group_from_name` accepts (also the ``group`` of a registered model)."""
 
 
-def group_from_name(name: str, input_shape: Sequence[int]) -> Group:
+def group_from_name(name: str | Group, input_shape: Sequence[int]) -> Group:
     """The concrete group called ``name`` for inputs of shape ``input_shape``.
 
     Parameters
@@ -20,9 +23,9 @@ def group_from_name(name: str, input_shape: Sequence[int]) -> Group:
     name
         ``"translations"`` (``TorusTranslations(H, W)``), ``"c4"``, ``"d4"`` (rotations
         and reflections about the image centre), ``"p4"`` or ``"p4m"`` (on an
-        ``H × H`` torus).
+        ``H × H`` torus); case-insensitive. A :class:`Group` is returned as is.
     input_shape
-        ``(B, C, H, W)`` or ``(C, H, W)``; only the last two entries are used.
+        ``(B, C, H, W)``, ``(C, H, W)`` or ``(H, W)``; only the last two entries are used.
 
     Raises
     ------
@@ -30,6 +33,8 @@ def group_from_name(name: str, input_shape: Sequence[int]) -> Group:
         For an unknown name, a shape without two spatial sizes, or a non-square grid
         with a rotation group.
     """
+    if isinstance(name, Group):
+        return name
     key = name.lower().strip()
     if key not in GROUP_NAMES:
         raise GroupError(f"group_from_name: expected one of {', '.join(GROUP_NAMES)}, got {name!r}")
@@ -39,7 +44,7 @@ def group_from_name(name: str, input_shape: Sequence[int]) -> Group:
     height, width = shape[-2], shape[-1]
     if key == "translations":
         return TorusTranslations(height, width)
-    if key in ("p4", "p4m", "c4", "d4") and height != width:
+    if height != width:
         raise GroupError(f"group_from_name: expected a square grid for {key}, got {height}x{width}")
     if key == "c4":
         return CyclicGroup(4)
