@@ -68,7 +68,9 @@ class GSANet(nn.Module):
         encoding: str = "continuous",
         query_position: bool = False,
         image_size: int = 32,
-        stem_channels: int = 8,
+        stem_channels: int = 16,
+        stem_dilations: tuple[int, ...] = (1, 2, 4),
+        pool: str = "max",
     ) -> None:
         super().__init__()
         self.equivariant = equivariant
@@ -82,13 +84,16 @@ class GSANet(nn.Module):
             size=image_size,
             query_position=query_position,
         )
-        self.stem: nn.Module = (
-            SymmetricConvStem(in_channels, stem_channels, symmetric=equivariant) if stem_channels else nn.Identity()
-        )
+        stem: list[nn.Module] = []
+        if stem_channels:
+            for i, dilation in enumerate(stem_dilations):
+                width = in_channels if i == 0 else stem_channels
+                stem.append(SymmetricConvStem(width, stem_channels, symmetric=equivariant, dilation=dilation))
+        self.stem = nn.Sequential(*stem)
         self.lift = LiftingSelfAttention(stem_channels or in_channels, channels, pg, **common)
         self.blocks = nn.Sequential(*[GroupBlock(channels, pg, **common) for _ in range(depth)])
         self.norm = GroupLayerNorm(channels, pg)
-        self.pool = GroupGlobalPool(pg, "max")
+        self.pool = GroupGlobalPool(pg, "max", spatial=pool)
         self.head = nn.Linear(channels, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -98,16 +98,28 @@ class GroupGlobalPool(nn.Module):
     point_group
         ``H`` (instance or name).
     mode
-        ``"max"`` or ``"mean"`` over the group axis (space is always averaged).
+        ``"max"`` or ``"mean"`` over the group axis.
+    spatial
+        ``"mean"`` or ``"max"`` over space. Max pooling keeps the strongest local
+        response, which matters at full resolution where most positions are background.
+
+    Raises
+    ------
+    GroupError
+        For an unknown ``spatial`` mode.
     """
 
-    def __init__(self, point_group: PointGroup | str, mode: str = "max") -> None:
+    def __init__(self, point_group: PointGroup | str, mode: str = "max", spatial: str = "mean") -> None:
         super().__init__()
         self.pool = GroupPooling(point_group, mode)
         self.point_group = self.pool.point_group
+        if spatial not in ("mean", "max"):
+            raise GroupError(f"GroupGlobalPool: expected spatial pooling 'mean' or 'max', got {spatial!r}")
+        self.spatial = spatial
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.pool(x).mean(dim=(-2, -1))
+        pooled = self.pool(x)
+        return pooled.amax(dim=(-2, -1)) if self.spatial == "max" else pooled.mean(dim=(-2, -1))
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """Invariant ``LiftedField(H) → InvariantField``."""
@@ -344,17 +356,22 @@ class SymmetricConvStem(nn.Module):
         Channel widths.
     symmetric
         D4-symmetric kernels (equivariant) or unconstrained kernels (baseline).
+    dilation
+        Spacing of the 3 × 3 taps (a dilated kernel keeps the same symmetry).
     """
 
-    def __init__(self, in_channels: int, out_channels: int, symmetric: bool = True) -> None:
+    def __init__(self, in_channels: int, out_channels: int, symmetric: bool = True, dilation: int = 1) -> None:
         super().__init__()
         if in_channels < 1 or out_channels < 1:
             raise GroupError(
                 f"SymmetricConvStem: expected positive channel widths, got {in_channels} -> {out_channels}"
             )
+        if dilation < 1:
+            raise GroupError(f"SymmetricConvStem: expected a dilation >= 1, got {dilation}")
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.symmetric = symmetric
+        self.dilation = dilation
         taps = 3 if symmetric else 9
         bound = 1.0 / (in_channels * 9) ** 0.5
         self.weight = nn.Parameter(torch.empty(out_channels, in_channels, taps).uniform_(-bound, bound) * 3**0.5)
@@ -372,8 +389,10 @@ class SymmetricConvStem(nn.Module):
                 f"SymmetricConvStem: expected an image batch (B, C={self.in_channels}, H, W), got shape "
                 f"{tuple(x.shape)}"
             )
-        padded = torch.nn.functional.pad(x, (1, 1, 1, 1), mode="circular")
-        return torch.nn.functional.gelu(torch.nn.functional.conv2d(padded, self.kernel().to(x.dtype), self.bias.to(x.dtype)))
+        r = self.dilation
+        padded = torch.nn.functional.pad(x, (r, r, r, r), mode="circular")
+        out = torch.nn.functional.conv2d(padded, self.kernel().to(x.dtype), self.bias.to(x.dtype), dilation=r)
+        return torch.nn.functional.gelu(out)
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """See the class docstring."""
@@ -393,4 +412,4 @@ class SymmetricConvStem(nn.Module):
         return Contract.equivariant(in_t, in_t)
 
     def extra_repr(self) -> str:
-        return f"{self.in_channels}->{self.out_channels}, symmetric={self.symmetric}, circular 3x3"
+        return f"{self.in_channels}->{self.out_channels}, symmetric={self.symmetric}, circular 3x3, dilation={self.dilation}"
