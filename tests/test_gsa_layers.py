@@ -31,6 +31,7 @@ from groupattn.nn import (
     GroupPooling,
     LiftedAvgPool,
     LiftedPatchEmbedding,
+    SymmetricConvStem,
 )
 from groupattn.positional import RelativeGeometry
 from groupattn.testing import assert_equivariant, equivariance_error
@@ -191,10 +192,10 @@ WEIGHTS = [1.0, -0.7, 0.8]
 # measured (float64, seed 0, 17x17 grid): see docs and the report; bounds are ~2x.
 FINE_BOUNDS = {  # (n, rotation steps, neighbourhood): (centre-pixel bound, disc bound)
     (8, 1, None): (0.01, 0.005),
-    (8, 1, 5): (0.03, 0.02),
+    (8, 1, 5): (0.06, 0.02),  # local bounds measured with q/k/v biases (constant keys off the blobs)
     (16, 1, None): (0.01, 0.005),
     (16, 2, None): (0.01, 0.005),
-    (16, 1, 5): (0.1, 0.08),
+    (16, 1, 5): (0.1, 0.12),
 }
 
 
@@ -410,3 +411,43 @@ def test_subgroups_act_through_the_larger_point_group() -> None:
     c4_layer = GroupSelfAttention(2, 2, "C4", num_heads=1)
     reason = c4_layer.contract(p4m(SIZE)).reason or ""
     assert c4_layer.contract(p4m(SIZE)).kind == Kind.BREAKS and "D4" in reason
+
+
+# ---------------------------------------------------------------- convolution stem
+@pytest.mark.parametrize("point_group", [CyclicGroup(4), DihedralGroup(4)])
+@pytest.mark.parametrize("dilation", [1, 2])
+def test_symmetric_stem_is_equivariant(point_group: PointGroup, dilation: int) -> None:
+    stem = SymmetricConvStem(2, 3, dilation=dilation).double()
+    torch.nn.init.normal_(stem.bias)
+    x = torch.randn(2, 2, 8, 8, dtype=torch.float64)
+    assert stem.contract(point_group).kind == Kind.EQUIVARIANT
+    assert_equivariant(stem, x, point_group, elements=point_group.elements())
+    group = p4m(8) if isinstance(point_group, DihedralGroup) else p4(8)
+    assert_equivariant(stem, x, group, elements=[*group.sample(3, seed=1), group.translation((3, 5))])
+
+
+def test_unconstrained_stem_breaks_rotations_only() -> None:
+    stem = SymmetricConvStem(1, 3, symmetric=False).double()
+    x = torch.randn(2, 1, 8, 8, dtype=torch.float64)
+    assert stem.contract(CyclicGroup(4)).kind == Kind.BREAKS
+    assert stem.contract(TorusTranslations(8, 8)).kind == Kind.EQUIVARIANT
+    assert_equivariant(stem, x, TorusTranslations(8, 8), elements=[(1, 2), (5, 3)])
+    assert equivariance_error(stem, x, CyclicGroup(4), elements=[1]) > 1e-3
+
+
+def test_stem_and_global_pool_errors() -> None:
+    with pytest.raises(GroupError, match="SymmetricConvStem: expected an image batch"):
+        SymmetricConvStem(2, 3)(torch.zeros(1, 1, 8, 8))
+    with pytest.raises(GroupError, match="SymmetricConvStem: expected a dilation"):
+        SymmetricConvStem(1, 3, dilation=0)
+    with pytest.raises(GroupError, match="SymmetricConvStem: expected positive channel"):
+        SymmetricConvStem(0, 3)
+    with pytest.raises(GroupError, match="GroupGlobalPool: expected spatial pooling"):
+        GroupGlobalPool("C4", spatial="median")
+
+
+@pytest.mark.parametrize("spatial", ["mean", "max"])
+def test_global_pool_spatial_modes_are_invariant(spatial: str) -> None:
+    pool = GroupGlobalPool("C4", "max", spatial=spatial)
+    x = torch.randn(2, 3, 4, 6, 6, dtype=torch.float64)
+    assert_equivariant(pool, x, p4(6), elements=[*p4(6).sample(3, seed=2), p4(6).translation((1, 4))])

@@ -20,11 +20,17 @@ __all__ = ["GSANet"]
 class GSANet(nn.Module):
     """Group equivariant stand-alone self-attention network for p4 (C4) or p4m (D4).
 
-    ``LiftingSelfAttention → GroupBlock × depth → GroupLayerNorm → GroupGlobalPool →
+    ``SymmetricConvStem × len(stem_dilations) → LiftingSelfAttention (+ pointwise skip of
+    the stem's maps, constant along the group axis) → GroupBlock × depth →
+    GroupLayerNorm → GroupGlobalPool (max over the group axis and, by default, space) →
     Linear``: every layer works at full resolution on the torus, so the logits are
     exactly invariant to circular translations and to the point group (p4 / p4m as a
-    whole). The baseline (``equivariant=False``) is GSA-Nets' z2 model: the same layers
-    with the trivial point group C1 (no group axis), equivariant to translations only.
+    whole). The stem's circular 3 × 3 kernels are D4-symmetric (three weights per
+    channel pair), so it turns the one-channel image into several scalar maps without
+    breaking equivariance; without it the lifted features of a one-channel image are
+    nearly one-dimensional and the model does not learn. The baseline
+    (``equivariant=False``) is GSA-Nets' z2 model: the same layers with the trivial point
+    group C1 (no group axis) and an unconstrained stem, equivariant to translations only.
 
     Contract: *invariant* (``GridField → InvariantField``) under torus translations,
     ``H`` and ``T ⋊ H``; baseline: invariant under translations, *breaks* under
@@ -52,6 +58,13 @@ class GSANet(nn.Module):
         tiny preset keeps the additive orbital bias only, for speed).
     image_size
         Input side (for global orbital tables).
+    stem_channels
+        Width of the convolution stem (``0``: no stem, lift the image directly).
+    stem_dilations
+        One stem layer per entry, with that dilation (receptive field grows with each).
+    pool
+        Spatial pooling before the head: ``"max"`` (default; most positions of a digit
+        are background, which a mean would average in) or ``"mean"``.
     """
 
     def __init__(
@@ -90,14 +103,19 @@ class GSANet(nn.Module):
                 width = in_channels if i == 0 else stem_channels
                 stem.append(SymmetricConvStem(width, stem_channels, symmetric=equivariant, dilation=dilation))
         self.stem = nn.Sequential(*stem)
-        self.lift = LiftingSelfAttention(stem_channels or in_channels, channels, pg, **common)
+        lift_in = stem_channels or in_channels
+        self.lift = LiftingSelfAttention(lift_in, channels, pg, **common)
+        # pointwise skip around the lifting layer: the stem's scalar maps, constant along the group axis
+        self.skip = nn.Conv2d(lift_in, channels, 1)
         self.blocks = nn.Sequential(*[GroupBlock(channels, pg, **common) for _ in range(depth)])
         self.norm = GroupLayerNorm(channels, pg)
         self.pool = GroupGlobalPool(pg, "max", spatial=pool)
         self.head = nn.Linear(channels, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.pool(self.norm(self.blocks(self.lift(self.stem(x))))))
+        features = self.stem(x)
+        lifted = self.lift(features) + self.skip(features).unsqueeze(2)
+        return self.head(self.pool(self.norm(self.blocks(lifted))))
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """See the class docstring."""

@@ -408,7 +408,7 @@ class OrbitalTableEncoding(GroupPositionalEncoding):
         size: int | tuple[int, int] | None = None,
         vector_channels: int = 0,
         additive: bool = True,
-        init_std: float = 0.02,
+        init_std: float = 1.0,
     ) -> None:
         super().__init__(num_heads, vector_channels, additive)
         if not point_group.acts_exactly_on_grid:
@@ -460,6 +460,11 @@ class ContinuousGroupEncoding(GroupPositionalEncoding):
         Width of the MLP's hidden layer.
     lifting
         For lifting layers (no relative group element, no group embedding).
+    init_std
+        Scale of the initial encoding (the output layer's weights have standard deviation
+        ``init_std / √hidden``; the group embedding ``init_std``). Order one, so heads
+        attend differently from the start: at rotation-equivariant layers the position
+        term is what lets a head see orientation.
     """
 
     def __init__(
@@ -470,13 +475,17 @@ class ContinuousGroupEncoding(GroupPositionalEncoding):
         additive: bool = True,
         hidden: int = 16,
         lifting: bool = False,
+        init_std: float = 1.0,
     ) -> None:
         super().__init__(num_heads, vector_channels, additive)
         self.point_group = point_group
         self.lifting = lifting
         self.mlp = nn.Sequential(nn.Linear(2, hidden), nn.GELU(), nn.Linear(hidden, self.out_features))
+        last = self.mlp[2]
+        assert isinstance(last, nn.Linear)
+        nn.init.normal_(last.weight, std=init_std / hidden**0.5)
         self.group_embedding = (
-            None if lifting else nn.Parameter(torch.randn(point_group.order(), self.out_features) * 0.02)
+            None if lifting else nn.Parameter(torch.randn(point_group.order(), self.out_features) * init_std)
         )
 
     def entry_values(self, geometry: RelativeGeometry) -> torch.Tensor:
