@@ -192,7 +192,7 @@ WEIGHTS = [1.0, -0.7, 0.8]
 # measured (float64, seed 0, 17x17 grid): see docs and the report; bounds are ~2x.
 FINE_BOUNDS = {  # (n, rotation steps, neighbourhood): (centre-pixel bound, disc bound)
     (8, 1, None): (0.01, 0.005),
-    (8, 1, 5): (0.06, 0.02),  # local bounds measured with q/k/v biases (constant keys off the blobs)
+    (8, 1, 5): (0.06, 0.08),  # local bounds measured with q/k/v biases (constant keys off the blobs)
     (16, 1, None): (0.01, 0.005),
     (16, 2, None): (0.01, 0.005),
     (16, 1, 5): (0.1, 0.12),
@@ -432,7 +432,8 @@ def test_unconstrained_stem_breaks_rotations_only() -> None:
     assert stem.contract(CyclicGroup(4)).kind == Kind.BREAKS
     assert stem.contract(TorusTranslations(8, 8)).kind == Kind.EQUIVARIANT
     assert_equivariant(stem, x, TorusTranslations(8, 8), elements=[(1, 2), (5, 3)])
-    assert equivariance_error(stem, x, CyclicGroup(4), elements=[1]) > 1e-3
+    report = equivariance_error(stem, x, CyclicGroup(4), elements=[1], input_type=GridField(), output_type=GridField())
+    assert report.max_error > 1e-3
 
 
 def test_stem_and_global_pool_errors() -> None:
