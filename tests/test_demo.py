@@ -40,7 +40,7 @@ def test_demo_json_structure(demo_run: tuple[dict, str, Path]) -> None:
     assert results["settings"] == json.loads(json.dumps(DemoSettings.quick().__dict__))
     rows = results["rows"]
     assert [(r["model"], r["variant"]) for r in rows] == [
-        ("vit", "baseline"), ("vit", "equivariant"), ("gsa", "baseline"), ("gsa", "equivariant"),
+        ("vit", "baseline"), ("vit", "equivariant"), ("group_vit", "baseline"), ("group_vit", "equivariant"),
     ]
     for row in rows:
         assert set(row) == EXPECTED_KEYS
@@ -55,17 +55,17 @@ def test_demo_json_structure(demo_run: tuple[dict, str, Path]) -> None:
 
 def test_equivariant_models_are_consistent_and_certified(demo_run: tuple[dict, str, Path]) -> None:
     rows = {(r["model"], r["variant"]): r for r in demo_run[0]["rows"]}
-    for name, group in (("vit", "translations"), ("gsa", "p4")):
+    for name, group in (("vit", "translations"), ("group_vit", "c4")):
         equivariant, baseline = rows[(name, "equivariant")], rows[(name, "baseline")]
         assert equivariant["group"] == baseline["group"] == group
-        assert equivariant["shift_consistency"] == 1.0
         assert equivariant["equivariance_error"] <= 1e-10  # float64 check: rounding only
         assert equivariant["verdict"] in ("invariant", "equivariant")
         assert baseline["equivariance_error"] > 1e-8
         assert baseline["verdict"] == "broken" and baseline["verdict_detail"].startswith("first break at")
-    assert rows[("gsa", "equivariant")]["rotation_consistency"] == 1.0
-    p4 = rows[("gsa", "equivariant")]["accuracy_by_rotation"]
-    assert len(set(p4.values())) == 1  # identical predictions in all four orientations
+    assert rows[("vit", "equivariant")]["shift_consistency"] == 1.0
+    assert rows[("group_vit", "equivariant")]["rotation_consistency"] == 1.0
+    c4 = rows[("group_vit", "equivariant")]["accuracy_by_rotation"]
+    assert len(set(c4.values())) == 1  # identical predictions in all four orientations
 
 
 def test_demo_prints_one_table(demo_run: tuple[dict, str, Path]) -> None:

@@ -28,7 +28,10 @@ class GroupViT(nn.Module):
 
     ``LiftedPatchEmbedding`` (kernels rotated by every ``h``) → group attention blocks
     with invariant orbital positional tables → ``GroupLayerNorm`` (over channels and
-    group axis) → group and spatial pooling → ``Linear``. Rotations and reflections
+    group axis) → max over the group axis and over space → ``Linear``. (Max rather than
+    mean over space: most of a digit canvas is background, and a spatial mean leaves the
+    pooled features of different digits nearly equal — the equivariant model then
+    barely trains.) Rotations and reflections
     about the image centre map the patch grid onto itself (the patch size divides the
     side), so the logits are exactly invariant to C4 (D4) and to circular translations
     by multiples of the patch size. The baseline (``equivariant=False``) is the plain
@@ -84,7 +87,7 @@ class GroupViT(nn.Module):
             *[GroupBlock(dim, pg, num_heads=num_heads, encoding=encoding, size=grid) for _ in range(depth)]
         )
         self.norm = GroupLayerNorm(dim, pg)
-        self.pool = GroupGlobalPool(pg, "mean")
+        self.pool = GroupGlobalPool(pg, "max", spatial="max")
         self.head = nn.Linear(dim, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
