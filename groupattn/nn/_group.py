@@ -380,7 +380,8 @@ class SymmetricConvStem(nn.Module):
 
     def kernel(self) -> torch.Tensor:
         """The convolution kernel ``(C_out, C_in, 3, 3)``."""
-        weight = self.weight[:, :, self.orbits] if self.symmetric else self.weight
+        orbits: torch.Tensor = self.orbits  # type: ignore[assignment]
+        weight = self.weight[:, :, orbits] if self.symmetric else self.weight
         return weight.reshape(self.out_channels, self.in_channels, 3, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
