@@ -363,3 +363,16 @@ def test_train_command_with_a_registry_model(capsys: pytest.CaptureFixture[str])
     out = capsys.readouterr().out
     assert "training vit (baseline)" in out
     assert float(out.split("equivariance error")[1].split()[0]) > 1e-4
+
+
+def test_train_command_takes_the_registry_learning_rate_unless_given() -> None:
+    import argparse
+
+    from groupattn.models import get_spec
+    from groupattn.training._command import _learning_rate
+
+    assert get_spec("swin").learning_rate == get_spec("twins").learning_rate == 1e-3
+    assert _learning_rate(argparse.Namespace(lr=None, model="swin")) == 1e-3
+    assert _learning_rate(argparse.Namespace(lr=None, model="vit")) == get_spec("vit").learning_rate == 5e-3
+    assert _learning_rate(argparse.Namespace(lr=2e-4, model="swin")) == 2e-4
+    assert _learning_rate(argparse.Namespace(lr=None, model="training_helpers:invariant_cnn")) == 5e-3

@@ -30,6 +30,9 @@ class ModelSpec:
         One line for listings.
     defaults
         Default keyword arguments of the tiny preset.
+    learning_rate
+        A peak AdamW learning rate that trains the tiny preset on the digits (what
+        ``groupattn train`` uses when ``--lr`` is not given).
     """
 
     name: str
@@ -38,6 +41,7 @@ class ModelSpec:
     input_shape: tuple[int, int, int] = (1, 32, 32)
     description: str = ""
     defaults: dict[str, Any] = field(default_factory=dict)
+    learning_rate: float = 5e-3
 
 
 _MODELS: dict[str, ModelSpec] = {}
@@ -48,14 +52,19 @@ def register_model(
     group: str,
     input_shape: tuple[int, int, int] = (1, 32, 32),
     description: str = "",
+    learning_rate: float = 5e-3,
     **defaults: Any,
 ) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
-    """Register ``factory(equivariant: bool, **kwargs)`` under ``name`` (a decorator)."""
+    """Register ``factory(equivariant: bool, **kwargs)`` under ``name`` (a decorator).
+
+    ``learning_rate`` is the peak AdamW rate that trains the preset (see
+    :class:`ModelSpec`); ``defaults`` are keyword arguments of the preset.
+    """
 
     def deco(factory: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
         if name in _MODELS:
             raise ValueError(f"register_model: expected a new model name, got {name!r}, which is taken")
-        _MODELS[name] = ModelSpec(name, factory, group, input_shape, description, dict(defaults))
+        _MODELS[name] = ModelSpec(name, factory, group, input_shape, description, dict(defaults), learning_rate)
         return factory
 
     return deco

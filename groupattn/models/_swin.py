@@ -97,6 +97,7 @@ class ShiftSwin(ShiftTransformer):
     "swin",
     group="translations",
     input_shape=(1, 32, 32),
+    learning_rate=1e-3,
     description="Swin with anchored (shifted) window attention and anchored patch merging",
 )
 def _swin(equivariant: bool = True, **kwargs: Any) -> ShiftSwin:

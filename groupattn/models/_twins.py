@@ -107,6 +107,7 @@ class ShiftTwins(ShiftTransformer):
     "twins",
     group="translations",
     input_shape=(1, 32, 32),
+    learning_rate=1e-3,
     description="Twins-SVT with anchored local-window and global sub-sampled attention",
 )
 def _twins(equivariant: bool = True, **kwargs: Any) -> ShiftTwins:

@@ -118,13 +118,25 @@ def _format_summary(
     return "\n".join(lines)
 
 
+def _learning_rate(args: argparse.Namespace) -> float:
+    """``--lr`` if given, else the registry model's recommended rate, else 5e-3."""
+    if args.lr is not None:
+        return float(args.lr)
+    if ":" not in args.model:
+        from ..models import get_spec, list_models
+
+        if args.model in list_models():
+            return get_spec(args.model).learning_rate
+    return 5e-3
+
+
 def _run(args: argparse.Namespace) -> int:
     context = setup_distributed(args.device)
     try:
         data = load_training_data(args.data, limit=args.limit, seed=args.seed)
         built = build_model(args.model, args.baseline, args.seed, args.group, **parse_model_args(args.model_arg))
         config = TrainConfig(
-            epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
+            epochs=args.epochs, batch_size=args.batch_size, lr=_learning_rate(args), seed=args.seed,
             device=args.device, checkpoint=args.checkpoint, resume=args.resume,
             progress=not args.no_progress,
         )
@@ -174,7 +186,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--limit", type=int, default=None, help="use only this many training samples")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=32, help="global batch size (split across processes)")
-    p.add_argument("--lr", type=float, default=5e-3, help="peak learning rate (AdamW, cosine schedule)")
+    p.add_argument(
+        "--lr", type=float, default=None,
+        help="peak learning rate (AdamW, cosine schedule); default: the registry model's, else 5e-3",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--checkpoint", default=None, help="checkpoint file written after every epoch")
