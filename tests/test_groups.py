@@ -12,6 +12,7 @@ from typing import Any
 import networkx as nx
 import pytest
 import torch
+from custom_groups import KleinFour
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -295,35 +296,6 @@ def test_petersen_automorphisms_are_s5_with_few_generators() -> None:
 
 
 # ---------------------------------------------------------------- a user-defined group
-class KleinFour(FiniteGroup):
-    """Z_2 x Z_2 written by hand: elements are pairs of bits, composition is xor."""
-
-    name = "V4"
-
-    def key(self) -> Hashable:
-        return "V4"
-
-    def _identity(self) -> Any:
-        return (0, 0)
-
-    def _compose(self, a: Any, b: Any) -> Any:
-        return (a[0] ^ b[0], a[1] ^ b[1])
-
-    def _inverse(self, a: Any) -> Any:
-        return a
-
-    def _validate(self, value: Any) -> Any:
-        if value not in {(0, 0), (0, 1), (1, 0), (1, 1)}:
-            raise GroupError(f"V4: expected a pair of bits, got {value!r}")
-        return tuple(value)
-
-    def generators(self) -> list[GroupElement]:
-        return [self.element((1, 0)), self.element((0, 1))]
-
-    def _enumerate(self) -> list[Any]:
-        return [(0, 0), (1, 0), (0, 1), (1, 1)]
-
-
 class NotAGroup(KleinFour):
     """Breaks associativity and inverses on purpose."""
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable
 from functools import cache
-from typing import Any
 
 import networkx as nx
 import pytest
 import torch
+from custom_groups import KleinFour
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -187,35 +186,6 @@ def test_graph_automorphism_orbits_and_orbitals(graph) -> None:
     labels = gset.orbitals()
     for k in range(gset.num_orbitals()):
         assert distance[labels == k].unique().numel() == 1
-
-
-class KleinFour(FiniteGroup):
-    """Z_2 x Z_2 written by hand, acting on the four corners of a rectangle by two flips."""
-
-    name = "V4"
-
-    def key(self) -> Hashable:
-        return "V4"
-
-    def _identity(self) -> Any:
-        return (0, 0)
-
-    def _compose(self, a: Any, b: Any) -> Any:
-        return (a[0] ^ b[0], a[1] ^ b[1])
-
-    def _inverse(self, a: Any) -> Any:
-        return a
-
-    def _validate(self, value: Any) -> Any:
-        if value not in {(0, 0), (0, 1), (1, 0), (1, 1)}:
-            raise GroupError(f"V4: expected a pair of bits, got {value!r}")
-        return tuple(value)
-
-    def generators(self) -> list[GroupElement]:
-        return [self.element((1, 0)), self.element((0, 1))]
-
-    def _enumerate(self) -> list[Any]:
-        return [(0, 0), (1, 0), (0, 1), (1, 1)]
 
 
 def _corner_permutation(g: GroupElement) -> list[int]:
