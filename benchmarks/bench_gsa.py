@@ -20,6 +20,12 @@ attention channels in total), the usual multi-head convention; GSA-Nets gives ev
 head the full width (9 × 20 = 180 attention channels). ``--head-channels 20`` runs
 their width.
 
+Kernels: local lifting layers with an additive positional bias use the factorised
+kernel (:func:`groupattn.attention.attend_shared_query_windows`: content weights once
+per pixel, one small matrix product for all output slices); everything else, and
+lifting with ``--query-position`` (GSA-Nets' content × position term), runs on
+``scaled_dot_product_attention``.
+
 Usage: ``python benchmarks/bench_gsa.py`` (all cases) or ``--case NAME``.
 """
 
@@ -52,7 +58,9 @@ def _peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
 
 
-def run_case(name: str, head_channels: int, repeats: int, threads: int) -> dict[str, float | str]:
+def run_case(
+    name: str, head_channels: int, repeats: int, threads: int, query_position: bool = False
+) -> dict[str, float | str]:
     import torch
 
     from groupattn.attention import GroupSelfAttention, LiftingSelfAttention
@@ -68,7 +76,8 @@ def run_case(name: str, head_channels: int, repeats: int, threads: int) -> dict[
     base = _peak_mib()
     layer_cls = LiftingSelfAttention if kind == "lifting" else GroupSelfAttention
     layer = layer_cls(
-        x.shape[1], channels, "C4", num_heads=heads, head_channels=head_channels, neighbourhood=neighbourhood
+        x.shape[1], channels, "C4", num_heads=heads, head_channels=head_channels, neighbourhood=neighbourhood,
+        query_position=query_position,
     )
 
     def best(step: object) -> float:
@@ -106,18 +115,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", choices=sorted(CASES))
     parser.add_argument("--head-channels", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--query-position", action="store_true", help="add the content x position term")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     if args.case:
-        print(json.dumps(run_case(args.case, args.head_channels, args.repeats, args.threads)))
+        print(json.dumps(run_case(args.case, args.head_channels, args.repeats, args.threads, args.query_position)))
         return
-    print(f"p4, 28x28, 9 heads x {args.head_channels} channels, {args.threads} threads; one process per case")
+    term = ", content x position term" if args.query_position else ""
+    print(f"p4, 28x28, 9 heads x {args.head_channels} channels{term}, {args.threads} threads; one process per case")
     header = f"{'case':18s} {'fwd s':>8s} {'fwd+bwd s':>10s} {'peak fwd MiB':>13s} {'peak f+b MiB':>13s}"
     print(header + f" {'speed-up':>9s} {'mem ratio':>10s}")
     for name in CASES:
         cmd = [sys.executable, __file__, "--case", name, "--head-channels", str(args.head_channels)]
         cmd += ["--repeats", str(args.repeats), "--threads", str(args.threads)]
+        cmd += ["--query-position"] if args.query_position else []
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             print(f"{name:18s} failed: {proc.stderr.strip().splitlines()[-1:]}")

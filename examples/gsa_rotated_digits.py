@@ -31,12 +31,13 @@ from groupattn.training import (
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny data, one epoch")
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--limit", type=int, default=512, help="training samples (full run)")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--limit", type=int, default=None, help="training samples (default: all 1,348)")
     parser.add_argument("--model", default="gsa" if "gsa" in list_models() else "group_vit")
     args = parser.parse_args(argv)
 
-    data = load_training_data("digits", limit=32 if args.quick else args.limit)
+    canvas = get_spec(args.model).input_shape[-1]  # the model's declared input side
+    data = load_training_data("digits", limit=32 if args.quick else args.limit, canvas=canvas)
     test_x, test_y = data.test_images, data.test_labels
     if args.quick:
         test_x, test_y = test_x[:8], test_y[:8]
@@ -47,7 +48,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         name = f"{args.model} ({group.name})" if equivariant else f"{args.model} (baseline)"
         torch.manual_seed(0)
         model = create(args.model, equivariant=equivariant)
-        train(model, data, TrainConfig(epochs=epochs, batch_size=32, lr=5e-3, progress=not args.quick))
+        lr = get_spec(args.model).learning_rate
+        train(model, data, TrainConfig(epochs=epochs, batch_size=32, lr=lr, progress=not args.quick))
         by_angle = accuracy_by_rotation(model, test_x, test_y)
         consistency = rotation_consistency(model, test_x)
         check = check_classifier(model, test_x[:2], group, count=6)

@@ -124,7 +124,7 @@ def test_gsa_can_overfit_a_small_batch(equivariant: bool, digits: int, steps: in
     """
     from groupattn.data import load_digits
 
-    data = load_digits()
+    data = load_digits(canvas=get_spec("gsa").input_shape[-1])
     x, y = data.train_images[:digits], data.train_labels[:digits]
     model = create("gsa", equivariant=equivariant)
     optimiser = torch.optim.Adam(model.parameters(), lr=1e-2)
@@ -136,3 +136,39 @@ def test_gsa_can_overfit_a_small_batch(equivariant: bool, digits: int, steps: in
         optimiser.step()
     final = torch.nn.functional.cross_entropy(model(x), y).item()
     assert first > 2.0 and final < bound, (first, final)
+
+
+def test_gsa_lift_skip_variants_and_a_breaking_skip() -> None:
+    """Both skips keep p4 invariance; a skip that is not rotated with the group is reported."""
+    from groupattn.groups import GroupError
+    from groupattn.nn import LiftingConvolution
+
+    x = torch.randn(1, 1, 8, 8, dtype=torch.float64)
+    group = p4(8)
+    for skip in ("convolution", "pointwise"):
+        model = GSANet(channels=4, num_heads=1, image_size=8, lift_skip=skip).double().eval()
+        assert model.contract(group).kind == Kind.INVARIANT
+        assert_equivariant(model, x, group, elements=_gsa_elements(group))
+    with pytest.raises(GroupError, match="GSANet: expected lift_skip 'convolution' or 'pointwise', got 'none'"):
+        GSANet(lift_skip="none")
+    model = GSANet(channels=4, num_heads=1, image_size=8).double().eval()
+    model.skip = LiftingConvolution(16, 4, 3, "C1").double()  # unrotated kernels beside a C4 lift
+    contract = model.contract(group)
+    assert contract.kind == Kind.BREAKS and "skip: LiftingConvolution: kernels are only rotated by C1" in (
+        contract.reason or ""
+    )
+    report = equivariance_error(model, x, group, elements=[group.point(1)], input_type=GridField(),
+                                output_type=InvariantField())
+    assert report.max_error > 1e-4  # and the break is real
+
+
+@pytest.mark.parametrize("point_group", ["C4", "D4"])
+def test_gsa_with_anchored_downsampling_stays_exactly_invariant(point_group: str) -> None:
+    model = GSANet(point_group=point_group, channels=4, num_heads=1, image_size=8, downsample=2, depth=1)
+    model = model.double().eval()
+    group = p4(8) if point_group == "C4" else p4m(8)
+    assert model.contract(group).kind == Kind.INVARIANT
+    x = torch.randn(2, 1, 8, 8, dtype=torch.float64)
+    assert_equivariant(model, x, group.point_group)  # every element of C4 / D4
+    assert_equivariant(model, x, group, elements=[*_gsa_elements(group), group.translation((1, 0))])
+    assert certify(model.float(), x.float(), group).verdict == Verdict.INVARIANT

@@ -1,8 +1,8 @@
-"""Attention: one kernel (``scaled_dot_product_attention``) and the equivariant attention layers."""
+"""Attention: the kernel (``scaled_dot_product_attention``), its factorised local variant, and the layers."""
 
 from ._global import GlobalSelfAttention, make_relative_bias
 from ._group_attention import GroupSelfAttention, resolve_point_group
-from ._kernel import attend
+from ._kernel import attend, attend_shared_query_windows
 from ._lifting import LiftingSelfAttention
 from ._pooling import AttentionPooling, MeanPooling
 from ._reduced import SpatialReductionAttention
@@ -17,6 +17,7 @@ __all__ = [
     "SpatialReductionAttention",
     "WindowAttention",
     "attend",
+    "attend_shared_query_windows",
     "make_relative_bias",
     "resolve_point_group",
 ]

@@ -8,6 +8,7 @@ import torch
 from einops import rearrange
 
 from ._group_attention import _RotoTranslationAttention, attend_with_bias
+from ._kernel import attend_shared_query_windows
 
 __all__ = ["LiftingSelfAttention"]
 
@@ -22,9 +23,12 @@ class LiftingSelfAttention(_RotoTranslationAttention):
     ``h ↦ g h``: the layer lifts images to fields over ``T ⋊ H``.
 
     Global attention gathers the bias ``(heads, |H|·N, N)`` once per shape from a table
-    of ``N = H·W`` entries (an orbital per torus offset); local attention's bias is
-    ``(heads, |H|, k²)``, the same at every pixel, with keys gathered by circular
-    ``unfold``. All attention goes through :func:`groupattn.attention.attend`.
+    of ``N = H·W`` entries (an orbital per torus offset) and runs on
+    :func:`groupattn.attention.attend`. Local attention's bias is ``(heads, |H|, k²)``,
+    the same at every pixel; with the additive bias alone the layer uses the factorised
+    kernel :func:`groupattn.attention.attend_shared_query_windows` (content weights once
+    per pixel for all ``|H|`` slices), and with the content × position term, or a bias
+    spread too wide for the factorised normaliser, the tiled path through ``attend``.
 
     Contract: equivariant ``GridField → LiftedField(H)`` under torus translations,
     ``H`` (and subgroups) and ``T ⋊ H``; for finer rotations (C8, …) see
@@ -72,8 +76,21 @@ class LiftingSelfAttention(_RotoTranslationAttention):
             out = attend_with_bias(queries, k, v, logits_bias, "LiftingSelfAttention")
             out = rearrange(out, "b e (g n) d -> b g n (e d)", g=g)
         else:
-            qkv = self.qkv(tokens).view(b, n, 1, 3, heads, d)
-            out = self.proj(self._local_attention(qkv, geometry, bias, vectors))  # (B, N, G, C)
+            qkv = self.qkv(tokens)
+            out_local = None
+            if vectors is None:  # additive bias only: the factorised kernel (one content weight per pixel)
+                k_side = int(self.neighbourhood or 1)
+                window = k_side * k_side
+                table = bias.reshape(heads, g, window) if bias is not None else qkv.new_zeros(heads, g, window)
+                q, k, v = qkv.view(b, height, width, 3, heads, d).permute(3, 0, 4, 5, 1, 2)  # (B, heads, d, H, W)
+                local = attend_shared_query_windows(
+                    q, k, v, table, k_side, geometry.circular, "LiftingSelfAttention"
+                )
+                if local is not None:  # (B, heads, G, d, H, W)
+                    out_local = rearrange(local, "b e g d y x -> b (y x) g (e d)")
+            if out_local is None:  # content × position term, or a bias too spread for the factorised kernel
+                out_local = self._local_attention(qkv.view(b, n, 1, 3, heads, d), geometry, bias, vectors)
+            out = self.proj(out_local)  # (B, N, G, C)
             return rearrange(out, "b (y x) g c -> b c g y x", y=height)
         out = self.proj(out)
         return rearrange(out, "b g (y x) c -> b c g y x", y=height)

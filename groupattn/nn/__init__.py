@@ -8,9 +8,10 @@ from ._group import (
     GroupMLP,
     GroupPooling,
     LiftedAvgPool,
+    LiftedPolyphaseDownsample,
     SymmetricConvStem,
 )
-from ._group_patch import AbsolutePositionEmbedding, LiftedPatchEmbedding
+from ._group_patch import AbsolutePositionEmbedding, LiftedPatchEmbedding, LiftingConvolution
 from ._heads import ClassToken, ClassTokenReadout
 from ._merge import PatchMerging
 from ._mlp import MLP
@@ -28,6 +29,8 @@ __all__ = [
     "GroupPooling",
     "LiftedAvgPool",
     "LiftedPatchEmbedding",
+    "LiftedPolyphaseDownsample",
+    "LiftingConvolution",
     "PatchEmbedding",
     "PatchMerging",
     "SymmetricConvStem",

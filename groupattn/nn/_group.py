@@ -16,6 +16,7 @@ from ..actions import (
     point_group_of,
 )
 from ..attention._group_attention import GroupSelfAttention, resolve_point_group
+from ..canonical import AdaptivePolyphaseDownsample
 from ..contracts import Contract
 from ..groups import Group, GroupError, PointGroup, RotoTranslationGroup, TorusTranslations
 
@@ -26,6 +27,7 @@ __all__ = [
     "GroupMLP",
     "GroupPooling",
     "LiftedAvgPool",
+    "LiftedPolyphaseDownsample",
     "SymmetricConvStem",
 ]
 
@@ -327,6 +329,105 @@ class LiftedAvgPool(nn.Module):
                 t,
             )
         return _pointwise_contract("LiftedAvgPool", self.point_group, group, t, t)
+
+
+class LiftedPolyphaseDownsample(nn.Module):
+    """Anchored stride-``s`` subsampling of lifted fields: ``(B, C, |H|, H, W) → (B, C, |H|, H/s, W/s)``.
+
+    Adaptive polyphase sampling on the whole lifted field: of the ``s²`` polyphase
+    components ``x[..., py::s, px::s]`` it keeps the one of largest norm, the norm taken
+    over channels *and* the group axis (so permuting the group axis does not change the
+    choice). A circular translation permutes the components and the choice moves with
+    it; so does a rotation or reflection of the torus — about its centre or about any
+    pixel, which differ by a translation — because every element of ``T ⋊ H`` maps the
+    stride-``s`` sublattices onto each other. The output therefore moves by an element of
+    the coarse group ``T_{H/s} ⋊ H`` that depends on the input (the frame): the layer is
+    *canonicalizing*, and an invariant head after it (pooling over space and group) is
+    exactly invariant to p4 / p4m on the fine torus, unlike plain strided pooling (see
+    :class:`LiftedAvgPool`). Equal largest norms (ties) are broken by the lowest phase
+    index, which is not equivariant; they do not occur for generic features.
+
+    Contract: *canonicalizing* ``LiftedField(H) → LiftedField(H)`` with output group the
+    coarse torus translations (under ``TorusTranslations``) or the coarse ``T ⋊ H'``
+    (under a point group ``H' ⊆ H`` — then ``image_size`` must be given — or under
+    ``T ⋊ H'``).
+
+    Parameters
+    ----------
+    point_group
+        ``H`` (instance or name); must act exactly on the grid.
+    stride
+        ``s``; must divide the grid side.
+    norm
+        Polyphase norm: ``"l2"``, ``"l1"``, ``"l4"`` or ``"max"``.
+    image_size
+        ``(H, W)`` of the input, used only to state the contract under a bare point
+        group (which carries no grid size).
+
+    Raises
+    ------
+    GroupError
+        For a point group not acting exactly on the grid, and (in ``forward``) a wrong
+        shape or a grid not divisible by the stride.
+    """
+
+    def __init__(
+        self,
+        point_group: PointGroup | str,
+        stride: int = 2,
+        norm: str = "l2",
+        image_size: tuple[int, int] | None = None,
+    ) -> None:
+        super().__init__()
+        self.point_group = resolve_point_group(point_group, "LiftedPolyphaseDownsample")
+        if not self.point_group.acts_exactly_on_grid:
+            raise GroupError(
+                "LiftedPolyphaseDownsample: expected a point group acting exactly on the grid, "
+                f"got {self.point_group.name}"
+            )
+        self.sampler = AdaptivePolyphaseDownsample(stride, norm)  # type: ignore[arg-type]
+        self.stride = stride
+        self.image_size = image_size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_lifted("LiftedPolyphaseDownsample", x, self.point_group)
+        b, c, g, h, w = x.shape
+        if h % self.stride or w % self.stride:
+            raise GroupError(
+                f"LiftedPolyphaseDownsample: expected a grid divisible by stride {self.stride}, got {h}x{w}"
+            )
+        out = self.sampler(x.reshape(b, c * g, h, w)).output
+        return out.reshape(b, c, g, h // self.stride, w // self.stride)
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """See the class docstring."""
+        name = "LiftedPolyphaseDownsample"
+        t = LiftedField(self.point_group)
+        s = self.stride
+        if isinstance(group, TorusTranslations):
+            inner = self.sampler.contract(group)
+            return Contract(inner.kind, t, t, inner.reason, inner.output_group)
+        try:
+            acting = point_group_of(group)
+            if acting is not None:
+                for gen in acting.generators():
+                    embed_point_element(gen, self.point_group, name)
+        except GroupError as err:
+            return Contract.unknown(f"{name}: {err}", t)
+        if acting is None:
+            return Contract.unknown(f"{name}: no rule for {group.name}", t)
+        if isinstance(group, RotoTranslationGroup):
+            size = group.size
+        elif self.image_size is not None and self.image_size[0] == self.image_size[1]:
+            size = self.image_size[0]
+        else:
+            return Contract.unknown(f"{name}: pass a square image_size to state the output group under {group.name}", t)
+        if size is None or size % s:
+            return Contract.unknown(f"{name}: the grid side {size} is not divisible by the stride {s}", t)
+        return Contract.canonicalizing(t, t, RotoTranslationGroup(acting, size // s))
+
+    def extra_repr(self) -> str:
+        return f"{self.point_group.name}, stride={self.stride}, norm={self.sampler.norm!r}"
 
 
 #: orbit of each 3 × 3 offset under D4 (0: centre, 1: edge midpoints, 2: corners)

@@ -21,7 +21,25 @@ from ..attention._group_attention import resolve_point_group
 from ..contracts import Contract
 from ..groups import Group, GroupError, PointGroup, TorusTranslations
 
-__all__ = ["AbsolutePositionEmbedding", "LiftedPatchEmbedding"]
+__all__ = ["AbsolutePositionEmbedding", "LiftedPatchEmbedding", "LiftingConvolution"]
+
+
+def _rotated_kernel_contract(
+    module: str, point_group: PointGroup, acting: PointGroup | None, in_t: GridField, out_t: LiftedField
+) -> Contract:
+    """Equivariant if every generator of the acting point group is an element of ``H`` (the
+    kernels are rotated by ``H`` only), else *breaks*."""
+    if acting is not None:
+        try:
+            for gen in acting.generators():
+                embed_point_element(gen, point_group, module)
+        except GroupError:
+            return Contract.breaks(
+                f"{module}: kernels are only rotated by {point_group.name}, not {acting.name}-equivariant",
+                in_t,
+                out_t,
+            )
+    return Contract.equivariant(in_t, out_t)
 
 
 class LiftedPatchEmbedding(nn.Module):
@@ -117,18 +135,101 @@ class LiftedPatchEmbedding(nn.Module):
                 in_t,
                 out_t,
             )
-        if acting is not None:
-            try:
-                for gen in acting.generators():
-                    embed_point_element(gen, self.point_group, "LiftedPatchEmbedding")
-            except GroupError:
-                return Contract.breaks(
-                    f"LiftedPatchEmbedding: kernels are only rotated by {self.point_group.name}, "
-                    f"not {acting.name}-equivariant",
-                    in_t,
-                    out_t,
-                )
-        return Contract.equivariant(in_t, out_t)
+        return _rotated_kernel_contract("LiftedPatchEmbedding", self.point_group, acting, in_t, out_t)
+
+
+class LiftingConvolution(nn.Module):
+    """A lifting convolution on the torus: ``(B, C_in, H, W) → (B, C_out, |H|, H, W)``.
+
+    Output slice ``h`` is the circular ``k × k`` convolution (stride 1) with the kernel
+    rotated (and reflected) by ``h``: ``W_h(u) = W(h⁻¹u)`` — the lifting layer of a
+    p4 / p4m group CNN. The kernel is unconstrained, so unlike
+    :class:`SymmetricConvStem` the output carries orientation: rotating the image by
+    ``g`` about its centre rotates every slice and permutes them ``h ↦ g h``. Circular
+    padding keeps it equivariant to all translations of the torus. One convolution
+    computes every slice (the rotated kernels come from a precomputed permutation of
+    the ``k²`` taps).
+
+    Contract: equivariant ``GridField → LiftedField(H)`` under torus translations,
+    ``H`` and its subgroups, and ``T ⋊ H``; *breaks* for point groups larger than
+    ``H``; point groups that do not act exactly on the grid are rejected at
+    construction.
+
+    Parameters
+    ----------
+    in_channels, out_channels
+        Channel widths.
+    kernel_size
+        Odd side ``k``.
+    point_group
+        ``H`` (instance or name); must act exactly on the grid (C1, C2, C4, D1, D2, D4).
+
+    Raises
+    ------
+    GroupError
+        For a point group not acting on the grid, an even or non-positive kernel size,
+        and (in ``forward``) a wrong shape, a non-square grid under quarter turns, or a
+        grid smaller than the kernel.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, point_group: PointGroup | str) -> None:
+        super().__init__()
+        self.point_group = resolve_point_group(point_group, "LiftingConvolution")
+        if not self.point_group.acts_exactly_on_grid:
+            raise GroupError(
+                f"LiftingConvolution: expected a point group acting exactly on the grid, got {self.point_group.name}"
+            )
+        if kernel_size < 1 or kernel_size % 2 == 0:
+            raise GroupError(f"LiftingConvolution: expected an odd kernel size >= 1, got {kernel_size}")
+        if in_channels < 1 or out_channels < 1:
+            raise GroupError(
+                f"LiftingConvolution: expected positive channel widths, got {in_channels} -> {out_channels}"
+            )
+        self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
+        bound = (3.0 / (in_channels * kernel_size * kernel_size)) ** 0.5
+        self.weight = nn.Parameter(torch.empty(out_channels, in_channels, kernel_size, kernel_size).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.zeros(out_channels))
+        k = kernel_size
+        index = torch.arange(k * k, dtype=torch.float64).reshape(1, 1, k, k)
+        perms = [
+            transform_grid(index, SpatialElement((0, 0), self.point_group, h), "LiftingConvolution").reshape(-1)
+            for h in self.point_group.elements()
+        ]
+        self.register_buffer("kernel_index", torch.stack(perms).long(), persistent=False)
+
+    def kernels(self) -> torch.Tensor:
+        """The rotated kernels of all slices, ``(|H|·C_out, C_in, k, k)`` (slice-major)."""
+        kernel_index: torch.Tensor = self.kernel_index  # type: ignore[assignment]
+        kernels = self.weight.flatten(-2)[..., kernel_index]  # (O, I, G, k²)
+        return rearrange(kernels, "o i g (u v) -> (g o) i u v", u=self.kernel_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        name = "LiftingConvolution"
+        if x.dim() != 4 or x.shape[1] != self.in_channels:
+            raise GroupError(f"{name}: expected an image batch (B, C={self.in_channels}, H, W), got {tuple(x.shape)}")
+        height, width = x.shape[-2:]
+        if height != width and self.point_group.order() > 2:
+            raise GroupError(f"{name}: expected a square grid for {self.point_group.name}, got {height}x{width}")
+        r = self.kernel_size // 2
+        if min(height, width) < self.kernel_size:
+            raise GroupError(f"{name}: expected a grid of at least {self.kernel_size}x{self.kernel_size}, got {height}x{width}")
+        g = self.point_group.order()
+        padded = F.pad(x, (r, r, r, r), mode="circular")
+        out = F.conv2d(padded, self.kernels().to(x.dtype), self.bias.repeat(g).to(x.dtype))
+        return rearrange(out, "b (g o) y x -> b o g y x", g=g)
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """See the class docstring."""
+        in_t, out_t = GridField(), LiftedField(self.point_group)
+        try:
+            acting = point_group_of(group)
+        except GroupError as err:
+            return Contract.unknown(f"LiftingConvolution: {err}", in_t)
+        return _rotated_kernel_contract("LiftingConvolution", self.point_group, acting, in_t, out_t)
+
+    def extra_repr(self) -> str:
+        k = self.kernel_size
+        return f"{self.in_channels}->{self.out_channels}, {self.point_group.name}, circular {k}x{k}"
 
 
 class AbsolutePositionEmbedding(nn.Module):

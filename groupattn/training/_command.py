@@ -130,10 +130,20 @@ def _learning_rate(args: argparse.Namespace) -> float:
     return 5e-3
 
 
+def _digits_canvas(model: str) -> int:
+    """The canvas of the bundled digits for ``model``: its registry input side, else 32."""
+    if ":" not in model:
+        from ..models import get_spec, list_models
+
+        if model in list_models():
+            return int(get_spec(model).input_shape[-1])
+    return 32
+
+
 def _run(args: argparse.Namespace) -> int:
     context = setup_distributed(args.device)
     try:
-        data = load_training_data(args.data, limit=args.limit, seed=args.seed)
+        data = load_training_data(args.data, limit=args.limit, seed=args.seed, canvas=_digits_canvas(args.model))
         built = build_model(args.model, args.baseline, args.seed, args.group, **parse_model_args(args.model_arg))
         config = TrainConfig(
             epochs=args.epochs, batch_size=args.batch_size, lr=_learning_rate(args), seed=args.seed,

@@ -195,23 +195,27 @@ def load_image_folder(path: str | Path, test_fraction: float = 0.25, seed: int =
     return data
 
 
-def load_training_data(source: str | Path | TrainingData = "digits", limit: int | None = None, seed: int = 0) -> TrainingData:
+def load_training_data(
+    source: str | Path | TrainingData = "digits", limit: int | None = None, seed: int = 0, canvas: int = 32
+) -> TrainingData:
     """Resolve the ``--data`` argument: ``"digits"``, a folder path, or ready :class:`TrainingData`.
 
     Parameters
     ----------
     source
-        ``"digits"`` (the bundled digits, ``1×32×32``, 10 classes), a directory (see
-        :func:`load_image_folder`) or a :class:`TrainingData`.
+        ``"digits"`` (the bundled digits, ``1×canvas×canvas``, 10 classes), a directory
+        (see :func:`load_image_folder`) or a :class:`TrainingData`.
     limit
         Keep only this many training samples (and a third as many test samples).
     seed
         Seed of the train/test split.
+    canvas
+        Side of the digits' canvas (the 16 × 16 glyphs are centred on it; at least 16).
     """
     if isinstance(source, TrainingData):
         return source.limited(limit)
     if str(source) == "digits":
-        split = load_digits(seed=seed)
+        split = load_digits(canvas=canvas, seed=seed)
         data = TrainingData(
             split.train_images, split.train_labels, split.test_images, split.test_labels,
             [str(k) for k in range(10)], "digits",
