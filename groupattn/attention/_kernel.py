@@ -147,17 +147,27 @@ def attend_shared_query_windows(
         return F.pad(flat, (r, r, r, r), mode=mode).view(heads, b, x.shape[2], height + 2 * r, width + 2 * r)
 
     offsets = [(dy, dx) for dy in range(k) for dx in range(k)]  # row-major, as the bias
+    grad = torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value, bias))
     q = query.transpose(0, 1) * (d**-0.5)  # (heads, B, d, H, W)
     keys = padded(key)
+    content = None if grad else q.new_empty(heads, k * k, b, height, width)
     logits = []
-    for dy, dx in offsets:  # content logits per offset; d is small, so explicit products beat a reduction
+    for t, (dy, dx) in enumerate(offsets):  # content logits per offset; d is small: products, not a reduction
         shifted = keys[..., dy : dy + height, dx : dx + width]
-        term = shifted[:, :, 0] * q[:, :, 0]
-        for c in range(1, d):
-            term = term + shifted[:, :, c] * q[:, :, c]
-        logits.append(term)
-    content = torch.stack(logits, dim=1)  # (heads, k², B, H, W)
-    weights = torch.exp(content - content.amax(1, keepdim=True))  # 1 at each window's maximum
+        if content is None:
+            term = shifted[:, :, 0] * q[:, :, 0]
+            for c in range(1, d):
+                term = term + shifted[:, :, c] * q[:, :, c]
+            logits.append(term)
+        else:  # inference: write in place, no per-offset temporaries
+            term = torch.mul(shifted[:, :, 0], q[:, :, 0], out=content[:, t])
+            for c in range(1, d):
+                term.addcmul_(shifted[:, :, c], q[:, :, c])
+    if content is None:
+        content = torch.stack(logits, dim=1)  # (heads, k², B, H, W)
+        weights = torch.exp(content - content.amax(1, keepdim=True))  # 1 at each window's maximum
+    else:
+        weights = content.sub_(content.amax(1, keepdim=True)).exp_()
     table = torch.exp(bias - bias.amax(-1, keepdim=True))  # (heads, G, k²)
     values = padded(value)
 
@@ -165,14 +175,14 @@ def attend_shared_query_windows(
         dy, dx = offsets[t]
         return values[..., dy : dy + height, dx : dx + width] * weights[:, t, :, None]
 
-    if torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value, bias)):
+    denominator = torch.matmul(table, weights.reshape(heads, k * k, -1)).view(heads, g, b, 1, height, width)
+    if grad:
         # training: one matrix product over the stacked offsets (a fast backward)
         stacked = torch.stack([weighted(t) for t in range(k * k)], dim=1).reshape(heads, k * k, -1)
         numerator = torch.matmul(table, stacked).view(heads, g, b, d_v, height, width)
-    else:
-        # inference: accumulate offset by offset (no (heads, k², B, d_v, H, W) tensor: least memory)
-        numerator = query.new_zeros(heads, g, b, d_v, height, width)
-        for t in range(k * k):
-            numerator.add_(table[:, :, t, None, None, None, None] * weighted(t)[:, None])
-    denominator = torch.matmul(table, weights.reshape(heads, k * k, -1)).view(heads, g, b, 1, height, width)
-    return (numerator / denominator).permute(2, 0, 1, 3, 4, 5)
+        return (numerator / denominator).permute(2, 0, 1, 3, 4, 5)
+    # inference: accumulate offset by offset (no (heads, k², B, d_v, H, W) tensor: least memory)
+    numerator = query.new_zeros(heads, g, b, d_v, height, width)
+    for t in range(k * k):
+        numerator.addcmul_(table[:, :, t, None, None, None, None], weighted(t)[:, None])
+    return numerator.div_(denominator).permute(2, 0, 1, 3, 4, 5)
