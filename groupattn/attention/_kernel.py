@@ -102,7 +102,8 @@ def attend_shared_query_windows(
     Returns
     -------
     torch.Tensor or None
-        ``(B, heads, G, d, H, W)``; ``None`` when the bias spreads by more than the
+        ``(B, heads, G, d, H, W)`` (without gradients, a view of a contiguous
+        ``(heads, d, G, B, H, W)`` tensor); ``None`` when the bias spreads by more than the
         dtype's safe range within a window (then the normaliser could underflow and the
         caller should use :func:`attend`). The check reads the bias's values, so it is
         skipped while ``torch.compile`` traces.
@@ -142,27 +143,27 @@ def attend_shared_query_windows(
     mode = "circular" if circular else "constant"
 
     def padded(x: torch.Tensor) -> torch.Tensor:
-        """``(B, heads, c, H, W)`` → ``(heads, B, c, H + 2r, W + 2r)``, wrapped or zero-padded."""
-        flat = x.transpose(0, 1).reshape(heads, -1, height, width)
-        return F.pad(flat, (r, r, r, r), mode=mode).view(heads, b, x.shape[2], height + 2 * r, width + 2 * r)
+        """``(B, heads, c, H, W)`` → ``(heads, c, B, H + 2r, W + 2r)``, wrapped or zero-padded."""
+        flat = x.permute(1, 2, 0, 3, 4).reshape(heads, -1, height, width)
+        return F.pad(flat, (r, r, r, r), mode=mode).view(heads, x.shape[2], b, height + 2 * r, width + 2 * r)
 
     offsets = [(dy, dx) for dy in range(k) for dx in range(k)]  # row-major, as the bias
     grad = torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value, bias))
-    q = query.transpose(0, 1) * (d**-0.5)  # (heads, B, d, H, W)
+    q = query.permute(1, 2, 0, 3, 4) * (d**-0.5)  # (heads, d, B, H, W)
     keys = padded(key)
     content = None if grad else q.new_empty(heads, k * k, b, height, width)
     logits = []
     for t, (dy, dx) in enumerate(offsets):  # content logits per offset; d is small: products, not a reduction
         shifted = keys[..., dy : dy + height, dx : dx + width]
         if content is None:
-            term = shifted[:, :, 0] * q[:, :, 0]
+            term = shifted[:, 0] * q[:, 0]
             for c in range(1, d):
-                term = term + shifted[:, :, c] * q[:, :, c]
+                term = term + shifted[:, c] * q[:, c]
             logits.append(term)
         else:  # inference: write in place, no per-offset temporaries
-            term = torch.mul(shifted[:, :, 0], q[:, :, 0], out=content[:, t])
+            term = torch.mul(shifted[:, 0], q[:, 0], out=content[:, t])
             for c in range(1, d):
-                term.addcmul_(shifted[:, :, c], q[:, :, c])
+                term.addcmul_(shifted[:, c], q[:, c])
     if content is None:
         content = torch.stack(logits, dim=1)  # (heads, k², B, H, W)
         weights = torch.exp(content - content.amax(1, keepdim=True))  # 1 at each window's maximum
@@ -171,18 +172,19 @@ def attend_shared_query_windows(
     table = torch.exp(bias - bias.amax(-1, keepdim=True))  # (heads, G, k²)
     values = padded(value)
 
-    def weighted(t: int) -> torch.Tensor:  # w_t · v_{i+δ_t}: (heads, B, d_v, H, W)
+    def weighted(t: int) -> torch.Tensor:  # w_t · v_{i+δ_t}: (heads, d_v, B, H, W)
         dy, dx = offsets[t]
-        return values[..., dy : dy + height, dx : dx + width] * weights[:, t, :, None]
+        return values[..., dy : dy + height, dx : dx + width] * weights[:, None, t]
 
-    denominator = torch.matmul(table, weights.reshape(heads, k * k, -1)).view(heads, g, b, 1, height, width)
+    denominator = torch.matmul(table, weights.reshape(heads, k * k, -1)).view(heads, 1, g, b, height, width)
     if grad:
         # training: one matrix product over the stacked offsets (a fast backward)
         stacked = torch.stack([weighted(t) for t in range(k * k)], dim=1).reshape(heads, k * k, -1)
-        numerator = torch.matmul(table, stacked).view(heads, g, b, d_v, height, width)
-        return (numerator / denominator).permute(2, 0, 1, 3, 4, 5)
-    # inference: accumulate offset by offset (no (heads, k², B, d_v, H, W) tensor: least memory)
-    numerator = query.new_zeros(heads, g, b, d_v, height, width)
+        numerator = torch.matmul(table, stacked).view(heads, g, d_v, b, height, width).transpose(1, 2)
+        return (numerator / denominator).permute(3, 0, 2, 1, 4, 5)
+    # inference: accumulate offset by offset (no (heads, k², d_v, B, H, W) tensor: least memory)
+    numerator = query.new_zeros(heads, d_v, g, b, height, width)
     for t in range(k * k):
-        numerator.addcmul_(table[:, :, t, None, None, None, None], weighted(t)[:, None])
-    return numerator.div_(denominator).permute(2, 0, 1, 3, 4, 5)
+        numerator.addcmul_(table[:, None, :, t, None, None, None], weighted(t)[:, :, None])
+    # a view of (heads, d_v, G, B, H, W) storage: the caller's channel projection needs no copy
+    return numerator.div_(denominator).permute(3, 0, 2, 1, 4, 5)

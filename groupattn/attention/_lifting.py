@@ -77,7 +77,6 @@ class LiftingSelfAttention(_RotoTranslationAttention):
             out = rearrange(out, "b e (g n) d -> b g n (e d)", g=g)
         else:
             qkv = self.qkv(tokens)
-            out_local = None
             if vectors is None:  # additive bias only: the factorised kernel (one content weight per pixel)
                 k_side = int(self.neighbourhood or 1)
                 window = k_side * k_side
@@ -86,11 +85,12 @@ class LiftingSelfAttention(_RotoTranslationAttention):
                 local = attend_shared_query_windows(
                     q, k, v, table, k_side, geometry.circular, "LiftingSelfAttention"
                 )
-                if local is not None:  # (B, heads, G, d, H, W)
-                    out_local = rearrange(local, "b e g d y x -> b (y x) g (e d)")
-            if out_local is None:  # content × position term, or a bias too spread for the factorised kernel
-                out_local = self._local_attention(qkv.view(b, n, 1, 3, heads, d), geometry, bias, vectors)
-            out = self.proj(out_local)  # (B, N, G, C)
+                if local is not None:  # (B, heads, G, d, H, W): project channels as one matrix product
+                    channels = local.permute(1, 3, 2, 0, 4, 5).reshape(heads * d, -1)  # (heads·d, G·B·H·W)
+                    out = torch.addmm(self.proj.bias[:, None], self.proj.weight, channels)
+                    return out.view(-1, g, b, height, width).permute(2, 0, 1, 3, 4)  # (B, C, G, H, W)
+            # content × position term, or a bias too spread for the factorised kernel: the tiled path
+            out = self.proj(self._local_attention(qkv.view(b, n, 1, 3, heads, d), geometry, bias, vectors))
             return rearrange(out, "b (y x) g c -> b c g y x", y=height)
         out = self.proj(out)
         return rearrange(out, "b g (y x) c -> b c g y x", y=height)
