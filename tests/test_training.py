@@ -376,3 +376,22 @@ def test_train_command_takes_the_registry_learning_rate_unless_given() -> None:
     assert _learning_rate(argparse.Namespace(lr=None, model="vit")) == get_spec("vit").learning_rate == 5e-3
     assert _learning_rate(argparse.Namespace(lr=2e-4, model="swin")) == 2e-4
     assert _learning_rate(argparse.Namespace(lr=None, model="training_helpers:invariant_cnn")) == 5e-3
+
+
+def test_train_command_puts_the_digits_on_the_model_canvas(capsys: pytest.CaptureFixture[str]) -> None:
+    """``gsa`` declares a 20 × 20 input: the digits are centred on that canvas, and the
+    p4 model trained by the command is exactly invariant to the quarter turns."""
+    from groupattn.models import get_spec
+    from groupattn.training._command import _digits_canvas
+
+    assert get_spec("gsa").input_shape == (1, 20, 20) and _digits_canvas("gsa") == 20
+    assert _digits_canvas("vit") == 32 and _digits_canvas("training_helpers:invariant_cnn") == 32
+    data = load_training_data("digits", limit=8, canvas=20)
+    assert data.input_shape == (1, 20, 20)
+    full = load_training_data("digits", limit=8)
+    torch.testing.assert_close(data.train_images, full.train_images[..., 6:26, 6:26])  # same glyphs, smaller rim
+    argv = ["train", "--model", "gsa", "--model-arg", "channels=4", "--limit", "16", "--epochs", "1", "--no-progress"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "rotation consistency   100.00%" in out and "logits under p4(20x20)" in out
+    assert float(out.split("equivariance error")[1].split()[0]) <= 1e-10
