@@ -153,3 +153,25 @@ def test_lifting_convolution_contracts_and_errors() -> None:
         conv(torch.zeros(1, 1, 6, 8))
     with pytest.raises(GroupError, match="at least 3x3, got 2x2"):
         conv(torch.zeros(1, 1, 2, 2))
+
+
+@pytest.mark.filterwarnings("ignore:Dynamo detected a call to a `functools.lru_cache`")
+@pytest.mark.parametrize("layer_name", ["lifting_local", "group_local", "lifting_global"])
+def test_layers_compile_without_graph_breaks(layer_name: str) -> None:
+    """``torch.compile(fullgraph=True)`` traces the layers in training and in inference
+    (no data-dependent branches, no strided ``out=`` writes, no cache lookups while tracing)."""
+    from groupattn.attention import GroupSelfAttention
+
+    torch.manual_seed(0)
+    if layer_name == "group_local":
+        layer: torch.nn.Module = GroupSelfAttention(2, 4, "C4", num_heads=2, neighbourhood=3)
+        x = torch.randn(2, 2, 4, 6, 6)
+    else:
+        neighbourhood = 3 if layer_name == "lifting_local" else None
+        layer = LiftingSelfAttention(2, 4, "C4", num_heads=2, neighbourhood=neighbourhood)
+        x = torch.randn(2, 2, 6, 6)
+    compiled = torch.compile(layer, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(x), layer(x))
+    layer.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), layer(x))

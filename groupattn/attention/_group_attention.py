@@ -213,7 +213,8 @@ class _RotoTranslationAttention(nn.Module):
         torch.Tensor | None, torch.Tensor | None
     ]:
         """``(bias gathered to (heads, *index.shape), vectors (T, heads, d))``; cached in eval mode."""
-        use_cache = not self.training and not torch.is_grad_enabled()
+        # the cache key reads parameter versions, which torch.compile cannot guard on: no cache while tracing
+        use_cache = not self.training and not torch.is_grad_enabled() and not torch.compiler.is_compiling()
         key = None
         if use_cache:
             params = tuple((id(p), p._version) for p in self.encoding.parameters())

@@ -161,7 +161,7 @@ def attend_shared_query_windows(
                 term = term + shifted[:, c] * q[:, c]
             logits.append(term)
         else:  # inference: write in place, no per-offset temporaries
-            term = torch.mul(shifted[:, 0], q[:, 0], out=content[:, t])
+            term = content[:, t].copy_(shifted[:, 0]).mul_(q[:, 0])  # (no out=: torch.compile rejects strided out)
             for c in range(1, d):
                 term.addcmul_(shifted[:, c], q[:, c])
     if content is None:
