@@ -13,7 +13,9 @@ polluted by other cases. Peak memory is ``resource.getrusage(RUSAGE_SELF).ru_max
 the input allocation; it therefore includes the layer, the once-per-shape geometry
 (cached gather index) and every temporary. The forward peak is read after the timed
 forward passes (under ``torch.no_grad()``), the forward+backward peak after the timed
-training steps. Times are the best of ``--repeats`` runs after one warm-up.
+training steps. Times are the best of at least ``--repeats`` runs after one warm-up
+(more, up to 50, while they fit in about two seconds: fast cases get more chances at a
+quiet moment of a shared machine).
 
 Head width: the heads split the channels (``head_channels = ceil(20 / 9) = 3``, 27
 attention channels in total), the usual multi-head convention; GSA-Nets gives every
@@ -81,8 +83,10 @@ def run_case(
     )
 
     def best(step: object) -> float:
-        times = []
-        for _ in range(repeats + 1):
+        """Best time after one warm-up: at least ``repeats`` runs, more (up to 50) while they
+        fit in about two seconds, as ``timeit``'s autorange does for fast statements."""
+        times: list[float] = []
+        while len(times) <= repeats or (sum(times[1:]) < 2.0 and len(times) <= 50):
             start = time.perf_counter()
             step()  # type: ignore[operator]
             times.append(time.perf_counter() - start)

@@ -182,9 +182,12 @@ def attend_shared_query_windows(
         stacked = torch.stack([weighted(t) for t in range(k * k)], dim=1).reshape(heads, k * k, -1)
         numerator = torch.matmul(table, stacked).view(heads, g, d_v, b, height, width).transpose(1, 2)
         return (numerator / denominator).permute(3, 0, 2, 1, 4, 5)
-    # inference: accumulate offset by offset (no (heads, k², d_v, B, H, W) tensor: least memory)
-    numerator = query.new_zeros(heads, d_v, g, b, height, width)
-    for t in range(k * k):
-        numerator.addcmul_(table[:, None, :, t, None, None, None], weighted(t)[:, :, None])
+    # inference: write w_t · v_t offset by offset into one (heads, d_v, k², B, H, W) buffer (no
+    # temporaries), then one batched matrix product per (head, channel) with the (G, k²) table
+    stacked = query.new_empty(heads, d_v, k * k, b, height, width)
+    for t, (dy, dx) in enumerate(offsets):
+        slot = stacked[:, :, t]
+        slot.copy_(values[..., dy : dy + height, dx : dx + width]).mul_(weights[:, None, t])
+    numerator = torch.matmul(table[:, None], stacked.view(heads, d_v, k * k, -1))  # (heads, d_v, G, B·H·W)
     # a view of (heads, d_v, G, B, H, W) storage: the caller's channel projection needs no copy
-    return numerator.div_(denominator).permute(3, 0, 2, 1, 4, 5)
+    return numerator.view(heads, d_v, g, b, height, width).div_(denominator).permute(3, 0, 2, 1, 4, 5)
