@@ -116,8 +116,9 @@ def attend_shared_query_windows(
     Notes
     -----
     With gradients the window sums are one matrix product over the stacked offsets
-    (fast backward); without, they are accumulated offset by offset, which never holds
-    the ``(heads, k², B, d_v, H, W)`` stack (least memory).
+    (fast backward). Without, the content logits and the weighted values ``w_t · v_t``
+    are written offset by offset into preallocated buffers (no per-offset temporaries)
+    and summed by one batched matrix product per head and channel.
     """
     b, heads, d, height, width = query.shape
     k = neighbourhood
