@@ -193,7 +193,7 @@ class _RotoTranslationAttention(nn.Module):
             )
         else:
             raise GroupError(f"{name}: expected encoding 'table' or 'continuous', got {encoding!r}")
-        self._bias_cache: tuple[Any, torch.Tensor | None] | None = None
+        self._bias_cache: tuple[Any, torch.Tensor | None, torch.Tensor | None] | None = None
         # tile side cap of local attention (see WindowTiling); k − 1 measured best for k = 3, 5
         self.max_tile = max(1, (neighbourhood or 1) - 1)
         self._tile_cache: dict[tuple[int, int], tuple[WindowTiling, torch.Tensor, torch.Tensor]] = {}
@@ -220,17 +220,13 @@ class _RotoTranslationAttention(nn.Module):
             params = tuple((id(p), p._version) for p in self.encoding.parameters())
             key = (geometry.height, geometry.width, dtype, device, params)
             if self._bias_cache is not None and self._bias_cache[0] == key:
-                _, vectors = self.encoding(geometry)
-                return self._bias_cache[1], vectors
+                return self._bias_cache[1], self._bias_cache[2]
         bias_table, vectors = self.encoding(geometry)
         bias = None
         if bias_table is not None:
             index = geometry.index.to(device)
             bias = bias_table.to(dtype).index_select(1, index.reshape(-1)).view(-1, *index.shape)
-        if use_cache:
-            self._bias_cache = (key, bias)
-        else:
-            self._bias_cache = None
+        self._bias_cache = (key, bias, vectors) if use_cache else None
         return bias, vectors
 
     def _split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

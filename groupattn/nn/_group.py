@@ -386,8 +386,12 @@ class LiftedPolyphaseDownsample(nn.Module):
                 f"got {self.point_group.name}"
             )
         self.sampler = AdaptivePolyphaseDownsample(stride, norm)  # type: ignore[arg-type]
-        self.stride = stride
         self.image_size = image_size
+
+    @property
+    def stride(self) -> int:
+        """``s`` (held by the wrapped :class:`~groupattn.canonical.AdaptivePolyphaseDownsample`)."""
+        return self.sampler.stride
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_lifted("LiftedPolyphaseDownsample", x, self.point_group)
@@ -431,7 +435,7 @@ class LiftedPolyphaseDownsample(nn.Module):
 
 
 #: orbit of each 3 × 3 offset under D4 (0: centre, 1: edge midpoints, 2: corners)
-_D4_ORBITS_3X3 = torch.tensor([[2, 1, 2], [1, 0, 1], [2, 1, 2]])
+_D4_ORBITS_3X3 = (2, 1, 2, 1, 0, 1, 2, 1, 2)  # row-major; a constant, not an index buffer
 
 
 class SymmetricConvStem(nn.Module):
@@ -477,12 +481,10 @@ class SymmetricConvStem(nn.Module):
         bound = 1.0 / (in_channels * 9) ** 0.5
         self.weight = nn.Parameter(torch.empty(out_channels, in_channels, taps).uniform_(-bound, bound) * 3**0.5)
         self.bias = nn.Parameter(torch.zeros(out_channels))
-        self.register_buffer("orbits", _D4_ORBITS_3X3.reshape(-1).clone(), persistent=False)
 
     def kernel(self) -> torch.Tensor:
         """The convolution kernel ``(C_out, C_in, 3, 3)``."""
-        orbits: torch.Tensor = self.orbits  # type: ignore[assignment]
-        weight = self.weight[:, :, orbits] if self.symmetric else self.weight
+        weight = self.weight[:, :, list(_D4_ORBITS_3X3)] if self.symmetric else self.weight
         return weight.reshape(self.out_channels, self.in_channels, 3, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -24,6 +24,14 @@ from ..groups import Group, GroupError, PointGroup, TorusTranslations
 __all__ = ["AbsolutePositionEmbedding", "LiftedPatchEmbedding", "LiftingConvolution"]
 
 
+def _rotated_kernels(weight: torch.Tensor, point_group: PointGroup, module: str) -> torch.Tensor:
+    """Kernels ``(O, I, k, k)`` transformed by every element of ``H``, slice-major:
+    ``(|H|·O, I, k, k)`` with ``W_h = h·W`` (``rot90`` / ``flip`` about the kernel's centre)."""
+    return torch.cat(
+        [transform_grid(weight, SpatialElement((0, 0), point_group, h), module) for h in point_group.elements()]
+    )
+
+
 def _rotated_kernel_contract(
     module: str, point_group: PointGroup, acting: PointGroup | None, in_t: GridField, out_t: LiftedField
 ) -> Contract:
@@ -79,12 +87,6 @@ class LiftedPatchEmbedding(nn.Module):
         self.in_channels, self.out_channels, self.patch_size = in_channels, out_channels, patch_size
         self.weight = nn.Parameter(torch.randn(out_channels, in_channels, patch_size, patch_size) / patch_size)
         self.bias = nn.Parameter(torch.zeros(out_channels))
-        index = torch.arange(patch_size * patch_size, dtype=torch.float64).reshape(1, 1, patch_size, patch_size)
-        perms = [
-            transform_grid(index, SpatialElement((0, 0), self.point_group, h), "LiftedPatchEmbedding").reshape(-1)
-            for h in self.point_group.elements()
-        ]
-        self.register_buffer("kernel_index", torch.stack(perms).long(), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         p = self.patch_size
@@ -101,10 +103,7 @@ class LiftedPatchEmbedding(nn.Module):
                 f"LiftedPatchEmbedding: expected a square grid for {self.point_group.name}, "
                 f"got {x.shape[-2]}x{x.shape[-1]}"
             )
-        flat = self.weight.flatten(-2)  # (O, I, p²)
-        kernel_index: torch.Tensor = self.kernel_index  # type: ignore[assignment]
-        kernels = flat[..., kernel_index]  # (O, I, G, p²)
-        kernels = rearrange(kernels, "o i g (u v) -> (g o) i u v", u=p)
+        kernels = _rotated_kernels(self.weight, self.point_group, "LiftedPatchEmbedding")  # (G·O, I, p, p)
         g = self.point_group.order()
         out = F.conv2d(x, kernels, self.bias.repeat(g), stride=p)
         return rearrange(out, "b (g o) y x -> b o g y x", g=g)
@@ -189,19 +188,10 @@ class LiftingConvolution(nn.Module):
         bound = (3.0 / (in_channels * kernel_size * kernel_size)) ** 0.5
         self.weight = nn.Parameter(torch.empty(out_channels, in_channels, kernel_size, kernel_size).uniform_(-bound, bound))
         self.bias = nn.Parameter(torch.zeros(out_channels))
-        k = kernel_size
-        index = torch.arange(k * k, dtype=torch.float64).reshape(1, 1, k, k)
-        perms = [
-            transform_grid(index, SpatialElement((0, 0), self.point_group, h), "LiftingConvolution").reshape(-1)
-            for h in self.point_group.elements()
-        ]
-        self.register_buffer("kernel_index", torch.stack(perms).long(), persistent=False)
 
     def kernels(self) -> torch.Tensor:
         """The rotated kernels of all slices, ``(|H|·C_out, C_in, k, k)`` (slice-major)."""
-        kernel_index: torch.Tensor = self.kernel_index  # type: ignore[assignment]
-        kernels = self.weight.flatten(-2)[..., kernel_index]  # (O, I, G, k²)
-        return rearrange(kernels, "o i g (u v) -> (g o) i u v", u=self.kernel_size)
+        return _rotated_kernels(self.weight, self.point_group, "LiftingConvolution")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         name = "LiftingConvolution"
