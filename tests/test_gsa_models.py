@@ -148,6 +148,7 @@ def test_gsa_lift_skip_variants_and_a_breaking_skip() -> None:
     for skip in ("convolution", "pointwise"):
         model = GSANet(channels=4, num_heads=1, image_size=8, lift_skip=skip).double().eval()
         assert model.contract(group).kind == Kind.INVARIANT
+        assert_equivariant(model, x, group.point_group)  # every element of C4
         assert_equivariant(model, x, group, elements=_gsa_elements(group))
     with pytest.raises(GroupError, match="GSANet: expected lift_skip 'convolution' or 'pointwise', got 'none'"):
         GSANet(lift_skip="none")
