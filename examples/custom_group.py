@@ -4,9 +4,10 @@ The hexagon's symmetry group (rotations and reflections, the dihedral group of o
 12) is given by two generator permutations of the six vertices — no subclassing, no
 editing of the library. Its *orbitals* (orbits on ordered pairs of vertices) are the
 four vertex distances 0, 1, 2, 3 around the ring, so a learned attention bias with one
-value per orbital and head is invariant by construction, and attention with that bias
-is equivariant to the whole group. A bias with one free value per *pair* is not, and
-the numerical check shows it.
+value per orbital and head (``OrbitalBias``) is invariant by construction, and
+``OrbitalAttention`` with that bias is equivariant to the whole group. A bias with one
+free value per *pair* (``bias="pairwise"``) is not, its contract says so, and the
+numerical check shows it.
 
 Run: ``python examples/custom_group.py [--quick]``
 """
@@ -14,59 +15,16 @@ Run: ``python examples/custom_group.py [--quick]``
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 import torch
-from einops import rearrange
-from torch import nn
 
-from groupattn.actions import GSet, SetField
-from groupattn.attention import attend
-from groupattn.contracts import Contract
-from groupattn.groups import Group, PermutationGroup
+from groupattn.actions import GSet
+from groupattn.attention import OrbitalAttention
+from groupattn.groups import PermutationGroup
 from groupattn.testing import assert_equivariant, equivariance_error
 
 ROTATE = [1, 2, 3, 4, 5, 0]  # vertex i moves to i + 1
 REFLECT = [0, 5, 4, 3, 2, 1]  # vertex i moves to −i
-
-
-class OrbitalAttention(nn.Module):
-    """Multi-head self-attention over the points of a G-set, with a bias per orbital.
-
-    Shapes: ``(B, n, dim) → (B, n, dim)``. Contract: *equivariant* from
-    ``SetField(n)`` to ``SetField(n)`` under the G-set's group (attention is
-    permutation-equivariant; the bias is a function of the orbital only), or — with
-    ``per_pair=True`` — *breaks* (a free bias per pair is not constant on orbitals).
-    """
-
-    def __init__(self, gset: GSet, dim: int = 16, heads: int = 2, per_pair: bool = False) -> None:
-        super().__init__()
-        self.gset, self.heads, self.per_pair = gset, heads, per_pair
-        orbitals = gset.orbitals()  # (n, n) orbital label of every ordered pair
-        self.register_buffer("orbitals", orbitals, persistent=False)
-        n = gset.num_points
-        rows = n * n if per_pair else gset.num_orbitals()
-        self.table = nn.Parameter(0.5 * torch.randn(heads, rows))
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.out = nn.Linear(dim, dim)
-        if per_pair:
-            self.register_buffer("pairs", torch.arange(n * n).reshape(n, n), persistent=False)
-
-    def bias(self) -> torch.Tensor:
-        """The pairwise bias ``(heads, n, n)``: gathered from the table once per call."""
-        index = self.pairs if self.per_pair else self.orbitals
-        return self.table[:, index]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q, k, v = rearrange(self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.heads)
-        y = attend(q, k, v, self.bias().unsqueeze(0), module="OrbitalAttention")
-        return self.out(rearrange(y, "b h n d -> b n (h d)"))
-
-    def contract(self, group: Group, input_type: Any = None) -> Contract:
-        field = SetField(self.gset.num_points)
-        if self.per_pair:
-            return Contract.breaks("a free bias per pair of vertices is not constant on the orbitals", field, field)
-        return Contract.equivariant(field, field)
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -81,8 +39,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     print(f"orbitals ({vertices.num_orbitals()}), i.e. the distance around the ring:")
     print(vertices.orbitals())
 
-    layer = OrbitalAttention(vertices).double()
-    broken = OrbitalAttention(vertices, per_pair=True).double()
+    # tokens (B, 6, 16) on the vertices; input and output type GSetField(vertices)
+    layer = OrbitalAttention(16, 2, vertices, bias_init_std=0.5).double()
+    broken = OrbitalAttention(16, 2, vertices, bias="pairwise", bias_init_std=0.5).double()
+    print(f"contract: {layer.contract(hexagon).describe()}")
     x = torch.randn(2 if args.quick else 8, 6, 16, dtype=torch.float64)
     # every one of the 12 elements, in float64: tolerance 1e-10 (DESIGN.md)
     report = assert_equivariant(layer, x, hexagon)

@@ -6,6 +6,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 __all__ = ["main"]
 
@@ -41,9 +42,20 @@ def _cmd_groups(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr (exit code 2, no usage dump)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(prog="groupattn", description=__doc__)
+    """The argument parser with every subcommand registered.
+
+    Bad arguments exit with code 2 and one line on stderr; ``groupattn check`` documents
+    its other exit codes in ``groupattn check --help``.
+    """
+    parser = _Parser(prog="groupattn", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("groups", help="list the built-in groups; --check verifies their axioms")
     p.add_argument("--check", action="store_true", help="verify group axioms and action laws")

@@ -12,8 +12,10 @@ from torch import nn
 from groupattn.actions import GridField, TokenField
 from groupattn.canonical import PolyphaseAnchor
 from groupattn.check import (
+    Certificate,
     LayoutField,
     Verdict,
+    attach_verification,
     certify,
     default_input_type,
     group_from_name,
@@ -179,9 +181,18 @@ def test_user_contract_by_decorator() -> None:
 
 
 def test_lying_contract_is_reported_as_a_checker_defect() -> None:
-    cert = certify(nn.Sequential(circ(3), LiesAboutItself()), X, "translations", verify=True)
-    assert cert.verdict == Verdict.EQUIVARIANT
-    assert cert.disagreements and "defect of the checker" in cert.disagreements[0]
+    model = nn.Sequential(circ(3), LiesAboutItself())
+    cert = certify(model, X, "translations", verify=True)
+    assert not cert.certified  # the checker sees through the lie, or the numbers refute it
+    if cert.disagreements:
+        assert cert.verdict == Verdict.UNVERIFIED and "defect of the checker" in cert.disagreements[0]
+    # a checker that believed the contract: refuted numerically, never left certified
+    believed = Certificate(Verdict.EQUIVARIANT, TorusTranslations(8, 8), GridField(), output_type=GridField())
+    attach_verification(believed, model, X, None)
+    assert believed.verdict == Verdict.UNVERIFIED and not believed.certified
+    assert believed.disagreements and "defect of the checker" in believed.disagreements[0]
+    assert "certified equivariant" in believed.disagreements[0]
+    assert believed.reason is not None and "refutes the certificate" in believed.reason
 
 
 def test_torch_contracts_are_registered() -> None:
@@ -217,18 +228,20 @@ def test_layout_field_acts_like_the_library_fields() -> None:
 
 
 def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # codes: 0 certified, 1 runtime error, 2 usage error, 3 broken, 4 unverified, 5 disagreement
     out = tmp_path / "cert.json"
     assert main(["check", "--model", "vit", "--verify", "--json", str(out), "--graph", str(tmp_path / "g.dot")]) == 0
     data = json.loads(out.read_text())
     assert data["verdict"] in ("equivariant", "invariant") and data["first_break"] is None
     assert data["unverified"] == [] and data["max_error"] <= 1e-10
+    assert data["status"] == "certified" and data["exit_code"] == 0
     assert (tmp_path / "g.dot").read_text().startswith("digraph")
-    assert main(["check", "--model", "vit", "--baseline", "--json", str(out)]) == 1
+    assert main(["check", "--model", "vit", "--baseline", "--no-verify", "--json", str(out)]) == 3
     assert json.loads(out.read_text())["first_break"]["node"]
     shape = ["--input-shape", "2,3,8,8", "--group", "translations"]
-    assert main(["check", "test_check_api:broken_factory", *shape]) == 1
+    assert main(["check", "test_check_api:broken_factory", *shape]) == 3
     assert main(["check", "torch.nn:Identity", *shape]) == 0
-    assert main(["check", "test_check_api:untraceable_factory", *shape]) == 2
+    assert main(["check", "test_check_api:untraceable_factory", *shape]) == 4
     assert main(["check", "test_check_api:broken_factory", "--input-shape", "2,x", "--group", "c4"]) == 2
     assert main(["check", "test_check_api:broken_factory", "--input-shape", "2,3,8,8"]) == 2
     assert main(["check", "no_such_module:factory", *shape]) == 2

@@ -21,7 +21,11 @@ def _run(name: str) -> Any:
 
 
 def test_every_example_is_tested() -> None:
-    tested = {"quickstart", "custom_group", "vit_digits", "gsa_rotated_digits", "checker_catches_broken"}
+    tested = {
+        "quickstart", "custom_group", "vit_digits", "gsa_rotated_digits", "checker_catches_broken",
+        "set_transformer", "graph_attention", "hexagonal_grid", "periodic_sequence", "product_group",
+        "value_stream",
+    }
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -47,6 +51,53 @@ def test_custom_group(capsys: pytest.CaptureFixture[str]) -> None:
     assert errors["orbital"] <= 1e-10
     assert errors["per_pair"] > 1e-3
     assert "orbitals (4)" in capsys.readouterr().out
+
+
+def _split(errors: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+    """(invariant-bias errors, pairwise / plain baseline errors)."""
+    broken = {k: v for k, v in errors.items() if k.endswith(("pairwise", "plain"))}
+    return {k: v for k, v in errors.items() if k not in broken}, broken
+
+
+def test_set_transformer(capsys: pytest.CaptureFixture[str]) -> None:
+    good, broken = _split(_run("set_transformer"))
+    assert set(good) == {"S10", "S10 pooled", "S50", "S50 pooled"}
+    assert max(good.values()) <= 1e-10 and min(broken.values()) > 1e-3
+    assert capsys.readouterr().out.count("2 orbitals on pairs") == 2
+
+
+def test_graph_attention(capsys: pytest.CaptureFixture[str]) -> None:
+    good, broken = _split(_run("graph_attention"))
+    assert len(good) == 4 and len(broken) == 2
+    assert max(good.values()) <= 1e-10 and min(broken.values()) > 1e-3
+    out = capsys.readouterr().out
+    assert "|Aut| = 120, 3 orbitals" in out and "over all 120 automorphisms" in out and "|Aut| = 8" in out
+
+
+def test_hexagonal_grid(capsys: pytest.CaptureFixture[str]) -> None:
+    good, broken = _split(_run("hexagonal_grid"))
+    assert set(good) == {"C6 7 cells", "D6 7 cells", "C6 19 cells", "D6 19 cells"}
+    assert max(good.values()) <= 1e-10 and min(broken.values()) > 1e-3
+    out = capsys.readouterr().out
+    assert "C6 on  7 cells: order  6" in out and "D6 on 19 cells: order 12" in out
+
+
+def test_periodic_sequence() -> None:
+    errors = _run("periodic_sequence")
+    assert errors["orbital"] <= 1e-10 and errors["pairwise"] > 1e-3
+    assert errors["same_as_circulant"] == 1.0
+
+
+def test_product_group(capsys: pytest.CaptureFixture[str]) -> None:
+    errors = _run("product_group")
+    assert errors["orbital"] <= 1e-10 and errors["pairwise"] > 1e-3
+    assert "20 orbitals on pairs" in capsys.readouterr().out
+
+
+def test_value_stream() -> None:
+    good, broken = _split(_run("value_stream"))
+    assert set(good) == {"C6 orientations", "D6 directions"}
+    assert max(good.values()) <= 1e-10 and min(broken.values()) > 1e-3
 
 
 def test_checker_catches_broken(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,9 +1,27 @@
 """Actions: how groups move coordinates, token sets (G-sets) and tensors (field types)."""
 
-from ._fields import FieldType, GridField, InvariantField, LiftedField, SetField, TokenField
+from ._fields import (
+    FieldType,
+    GridField,
+    GSetField,
+    InvariantField,
+    LiftedField,
+    SetField,
+    TokenField,
+)
 from ._gset import GSet, connected_labels
+from ._intertwiners import (
+    INTERTWINER_BUDGET,
+    INTERTWINER_TOLERANCE,
+    IntertwinerCacheInfo,
+    clear_intertwiner_cache,
+    intertwiner_basis,
+    intertwiner_cache_info,
+)
 from ._representations import (
+    DirectSumRepresentation,
     MatrixRepresentation,
+    PermutationRepresentation,
     RegularRepresentation,
     Representation,
     TrivialRepresentation,
@@ -20,12 +38,18 @@ from ._spatial import (
 )
 
 __all__ = [
+    "INTERTWINER_BUDGET",
+    "INTERTWINER_TOLERANCE",
+    "DirectSumRepresentation",
     "FieldType",
     "GSet",
+    "GSetField",
     "GridField",
+    "IntertwinerCacheInfo",
     "InvariantField",
     "LiftedField",
     "MatrixRepresentation",
+    "PermutationRepresentation",
     "RegularRepresentation",
     "Representation",
     "SetField",
@@ -34,9 +58,12 @@ __all__ = [
     "TrivialRepresentation",
     "act_on_coordinates",
     "check_grid_size",
+    "clear_intertwiner_cache",
     "connected_labels",
     "embed_point_element",
     "gaussian_mixture_image",
+    "intertwiner_basis",
+    "intertwiner_cache_info",
     "point_group_of",
     "rotate_image",
     "rotate_lifted",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -11,8 +11,12 @@ from ..groups import Group, GroupError, PermutationGroup, PointGroup
 from ._representations import Representation
 from ._spatial import check_grid_size, embed_point_element, spatial_element, transform_grid
 
+if TYPE_CHECKING:
+    from ._gset import GSet
+
 __all__ = [
     "FieldType",
+    "GSetField",
     "GridField",
     "InvariantField",
     "LiftedField",
@@ -212,35 +216,205 @@ class TokenField(FieldType):
         return f"tokens(B,N,C)[{self.grid[0]}x{self.grid[1]}{pg}" + (f"+{self.prefix}" if self.prefix else "") + "]"
 
 
-@dataclass(frozen=True)
-class SetField(FieldType):
-    """Token sets ``(B, N, C)`` acted on by a permutation group of the ``N`` tokens.
+def _is_trivial(channels: Representation | None) -> bool:
+    from ._representations import TrivialRepresentation
 
-    Token ``i`` moves to position ``perm[i]`` for the element's permutation ``perm``
-    (natural action of a :class:`~groupattn.groups.PermutationGroup` of degree ``N``).
+    return channels is None or isinstance(channels, TrivialRepresentation)
+
+
+@dataclass(frozen=True, eq=False)
+class GSetField(FieldType):
+    """Tokens ``(B, N, C)`` whose token axis is moved through a finite G-set.
+
+    The general token layout: ``gset`` is any :class:`~groupattn.actions.GSet` — a
+    permutation group on its points (:meth:`GSet.natural`), the nodes of a graph under
+    its automorphisms, the cells of a hexagonal grid, a product group, a user's own
+    :class:`~groupattn.groups.FiniteGroup` subclass, or the pixels of a torus
+    (:meth:`GSet.grid`). Element ``g`` sends token ``i`` to position
+    ``gset.permutation(g)[i]``:
+
+    ``(g·x)[:, perm[i]] = ρ(g) x[:, i]``
+
+    where ``ρ`` is the channel representation ``channels`` (``None``: trivial). With
+    trivial, regular or permutation channels the action is an exact permutation of the
+    entries (no arithmetic), in any dtype.
+
+    Field types compare by value: two ``GSetField`` are equal when their G-sets have the
+    same group, the same number of points and the same generator permutations, and
+    their channels are equal.
+
+    Parameters
+    ----------
+    gset
+        The G-set of the tokens; its group is the only group this field type accepts.
+    channels
+        How channels move (a representation of ``gset.group``), or ``None`` for trivial.
+
+    Raises
+    ------
+    GroupError
+        At construction if ``gset`` is not a ``GSet``; in :meth:`act` for another
+        group than the G-set's, an invalid element, or a tensor that is not
+        ``(B, N, C)`` (with ``C = channels.dim`` when channels are given).
+
+    Examples
+    --------
+    >>> from groupattn.actions import GSet, GSetField
+    >>> from groupattn.groups import DirectProduct, CyclicGroup
+    >>> G = DirectProduct(CyclicGroup(4), CyclicGroup(2))
+    >>> cylinder = GSet(G, 8, lambda g: [2 * ((i + g.value[0]) % 4) + (l + g.value[1]) % 2
+    ...                                  for i in range(4) for l in range(2)])
+    >>> GSetField(cylinder).act(G, (1, 1), torch.arange(8.0).reshape(1, 8, 1)).flatten().tolist()
+    [7.0, 6.0, 1.0, 0.0, 3.0, 2.0, 5.0, 4.0]
     """
 
-    num_points: int = 1
+    gset: GSet = field(default=None)  # type: ignore[assignment]
     channels: Representation | None = None
+
+    def __post_init__(self) -> None:
+        from ._gset import GSet
+
+        if not isinstance(self.gset, GSet):
+            raise GroupError(f"{type(self).__name__}: expected a GSet, got {self.gset!r}")
+
+    # ------------------------------------------------------------------ value semantics
+    def _key(self) -> Any:
+        cached = self.__dict__.get("_cached_key")
+        if cached is None:
+            gens = tuple(tuple(self.gset.permutation(g).tolist()) for g in self.gset.group.generators())
+            cached = (self.gset.group, self.gset.num_points, gens)
+            object.__setattr__(self, "_cached_key", cached)
+        return cached
+
+    def __eq__(self, other: object) -> bool:
+        if type(self) is not type(other):
+            return NotImplemented
+        assert isinstance(other, GSetField)
+        return self.channels == other.channels and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self._key()[0], self._key()[1], self.channels))
+
+    def __copy__(self) -> GSetField:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> GSetField:
+        # an immutable value: copies share the G-set (and its group, which need not be copyable)
+        return self
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.gset!r}" + (f", channels={self.channels!r})" if self.channels else ")")
+
+    # ------------------------------------------------------------------ the action
+    @property
+    def num_points(self) -> int:
+        """``N``, the number of tokens."""
+        return int(self.gset.num_points)
+
+    @property
+    def is_trivial_channels(self) -> bool:
+        """Whether the channels are trivial (``None`` or a trivial representation)."""
+        return _is_trivial(self.channels)
+
+    def gset_for(self, group: Group) -> GSet:
+        """The G-set through which ``group`` moves the tokens.
+
+        Raises
+        ------
+        GroupError
+            If ``group`` is not the G-set's group.
+        """
+        if group != self.gset.group:
+            raise GroupError(
+                f"{type(self).__name__}: expected the group of {self.gset.name} ({self.gset.group.name}), "
+                f"got {group.name}"
+            )
+        return self.gset
+
+    def source_index(self, group: Group, g: Any) -> torch.Tensor:
+        """Long tensor ``(N,)``: ``(g·x)[:, j] = x[:, src[j]]`` (trivial channels)."""
+        perm = self.gset_for(group).permutation(g)  # validated by the G-set (a permutation of range(N))
+        src = torch.empty_like(perm)
+        src[perm] = torch.arange(perm.numel())
+        return src
 
     def act(self, group: Group, g: Any, x: torch.Tensor) -> torch.Tensor:
         self.check(x)
+        src = self.source_index(group, g)
+        out = x.index_select(1, src.to(x.device))
+        return _apply_channels(self.channels, group, g, out, 2)
+
+    def _expected(self) -> str:
+        c = f"C={self.channels.dim}" if self.channels is not None else "C"
+        return f"tokens (B, N={self.num_points}, {c}) of {self.gset.name}"
+
+    def check(self, x: torch.Tensor, module: str | None = None) -> None:
+        module = module or type(self).__name__
+        n = self.num_points
+        if x.dim() != 3 or x.shape[1] != n or (self.channels is not None and x.shape[2] != self.channels.dim):
+            raise _shape_error(module, self._expected(), x)
+
+    def describe(self) -> str:
+        ch = f"[{self.channels!r}]" if self.channels is not None else ""
+        return f"gset(B,{self.num_points},C)[{self.gset.name}]{ch}"
+
+
+@dataclass(frozen=True, eq=False, init=False, repr=False)
+class SetField(GSetField):
+    """Token sets ``(B, N, C)`` acted on by a permutation group of the ``N`` tokens.
+
+    The case of :class:`GSetField` whose G-set is the *natural* action
+    (:meth:`GSet.natural`) of whichever :class:`~groupattn.groups.PermutationGroup` of
+    degree ``N`` acts: token ``i`` moves to position ``perm[i]`` for the element's
+    permutation ``perm``. Unlike :class:`GSetField` it does not fix the group in
+    advance (any permutation group of degree ``N``: ``S_N``, a graph's automorphisms, a
+    group given by generator permutations).
+
+    Parameters
+    ----------
+    num_points
+        ``N``.
+    channels
+        How channels move (``None``: trivial).
+
+    Raises
+    ------
+    GroupError
+        In :meth:`act` for a group that is not a permutation group of degree ``N``, or a
+        tensor that is not ``(B, N, C)``.
+    """
+
+    def __init__(self, num_points: int = 1, channels: Representation | None = None) -> None:
+        object.__setattr__(self, "gset", None)
+        object.__setattr__(self, "channels", channels)
+        object.__setattr__(self, "_num_points", int(num_points))
+
+    def _key(self) -> Any:
+        return ("natural", self.num_points)
+
+    @property
+    def num_points(self) -> int:
+        """``N``, the number of tokens."""
+        return int(self.__dict__["_num_points"])
+
+    def gset_for(self, group: Group) -> GSet:
+        """The natural G-set of ``group``, a permutation group of degree ``N``."""
+        from ._gset import GSet
+
         if not isinstance(group, PermutationGroup):
             raise GroupError(f"SetField: expected a permutation group, got {group.name}")
         if group.degree != self.num_points:
             raise GroupError(
                 f"SetField: expected a permutation group of degree {self.num_points}, got degree {group.degree}"
             )
-        perm = torch.tensor(group.permutation(g), device=x.device)
-        out = torch.empty_like(x)
-        out[:, perm] = x
-        return _apply_channels(self.channels, group, g, out, 2)
+        return GSet.natural(group)
 
-    def check(self, x: torch.Tensor, module: str = "SetField") -> None:
-        if x.dim() != 3 or x.shape[1] != self.num_points:
-            raise _shape_error(module, f"a token set (B, N={self.num_points}, C)", x)
+    def _expected(self) -> str:
+        c = f"C={self.channels.dim}" if self.channels is not None else "C"
+        return f"a token set (B, N={self.num_points}, {c})"
+
+    def __repr__(self) -> str:
+        return f"SetField({self.num_points}" + (f", channels={self.channels!r})" if self.channels else ")")
 
     def describe(self) -> str:
         return f"set(B,{self.num_points},C)"
-
-

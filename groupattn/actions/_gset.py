@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from ..groups import FiniteGroup, Group, GroupElement, GroupError, PermutationGroup, PointGroup
+from ..groups._base import _describe
 from ._fields import FieldType, GridField, LiftedField
 
 __all__ = ["GSet", "connected_labels"]
@@ -48,9 +49,25 @@ def connected_labels(num_points: int, permutations: Sequence[torch.Tensor]) -> t
 class GSet:
     """A finite set of ``n`` points (tokens) with a group acting by permutations.
 
-    ``permutation(g)[i]`` is the point that ``i`` moves to. Orbits and orbitals are
-    computed from the generators alone (union–find), so they work for large groups;
-    stabilizers need a finite group whose elements can be listed.
+    ``permutation(g)[i]`` is the point that ``i`` moves to. The action law, in this
+    library's convention (``g · h`` is "``g`` after ``h``"), reads
+
+    ``permutation(g · h) == permutation(g)[permutation(h)]``
+
+    (point ``i`` goes first to ``permutation(h)[i]``, then to
+    ``permutation(g)[permutation(h)[i]]``), and the identity maps to ``arange(n)``.
+    Orbits and orbitals are computed from the generators alone (union–find), so they
+    work for large groups; :meth:`stabilizer` lists the group.
+
+    **Validation.** The map is checked lazily, on first use (the first call of
+    :meth:`permutation`, :meth:`orbits`, :meth:`orbitals` or :meth:`stabilizer`), or
+    eagerly by calling :meth:`validate`: every generator must map to a permutation of
+    ``range(n)``, the identity to the identity, and the map must respect products —
+    ``permutation(g · h) == permutation(g)[permutation(h)]`` for every pair of
+    generators and for a few seeded random elements. Every later call of
+    :meth:`permutation` still checks that its result is a permutation of ``range(n)``.
+    Any failure raises :class:`~groupattn.groups.GroupError` naming the G-set, what was
+    expected and what was got.
 
     Parameters
     ----------
@@ -59,9 +76,17 @@ class GSet:
     num_points
         ``n``.
     permutation_fn
-        ``g ↦ permutation`` as a sequence or long tensor of length ``n``.
+        ``g ↦ permutation`` as a sequence or integer tensor of length ``n``
+        (``perm[i]`` is where point ``i`` goes); it receives a
+        :class:`~groupattn.groups.GroupElement` of ``group``.
     name
-        Display name.
+        Display name, used in error messages.
+
+    Raises
+    ------
+    GroupError
+        If ``group`` is not a :class:`~groupattn.groups.Group`, ``num_points`` is not a
+        non-negative int or ``permutation_fn`` is not callable.
     """
 
     def __init__(
@@ -71,17 +96,38 @@ class GSet:
         permutation_fn: Callable[[GroupElement], Any],
         name: str = "GSet",
     ) -> None:
+        if not isinstance(group, Group):
+            raise GroupError(f"{name}: expected the acting group as a Group, got {_describe(group)}")
+        if isinstance(num_points, bool) or not isinstance(num_points, int) or num_points < 0:
+            raise GroupError(f"{name}: expected the number of points as an int >= 0, got {_describe(num_points)}")
+        if not callable(permutation_fn):
+            raise GroupError(f"{name}: expected permutation_fn as a callable g -> permutation, got {_describe(permutation_fn)}")
         self.group = group
         self.num_points = num_points
         self._fn = permutation_fn
         self.name = name
         self._orbitals: torch.Tensor | None = None
         self._orbits: torch.Tensor | None = None
+        self._validated = False
 
     # ----------------------------------------------------------------- constructors
     @classmethod
     def natural(cls, group: PermutationGroup) -> GSet:
-        """A permutation group acting on its ``degree`` points."""
+        """A permutation group acting on its ``degree`` points (``perm(g) = g``'s permutation).
+
+        Raises
+        ------
+        GroupError
+            If ``group`` is not a :class:`~groupattn.groups.PermutationGroup` (other
+            groups have no natural set of points: build their action with
+            ``GSet(group, n, permutation_fn)``).
+        """
+        if not isinstance(group, PermutationGroup):
+            raise GroupError(
+                f"GSet.natural: expected a PermutationGroup (a group with a natural set of points), "
+                f"got {_describe(group)}; build its action with GSet(group, num_points, permutation_fn) "
+                f"or give the generators as permutations to PermutationGroup"
+            )
         return cls(group, group.degree, lambda g: group.permutation(g), name=f"{group.name} on points")
 
     @classmethod
@@ -99,8 +145,23 @@ class GSet:
             The acting group.
         shape
             The positional shape: ``(H, W)`` for a grid, ``(|H|, H, W)`` for a lifted field.
+
+        Raises
+        ------
+        GroupError
+            If ``field_type`` is not a field type, ``group`` not a group, or ``shape``
+            not a sequence of positive ints.
         """
-        shape = tuple(int(s) for s in shape)
+        if not isinstance(field_type, FieldType):
+            raise GroupError(f"GSet.of_field: expected a FieldType, got {_describe(field_type)}")
+        if not isinstance(group, Group):
+            raise GroupError(f"GSet.of_field: expected the acting group as a Group, got {_describe(group)}")
+        try:
+            shape = tuple(int(s) for s in shape)
+        except (TypeError, ValueError):
+            raise GroupError(f"GSet.of_field: expected a shape as a sequence of ints, got {_describe(shape)}") from None
+        if any(s < 1 for s in shape):
+            raise GroupError(f"GSet.of_field: expected positive sizes, got {shape}")
         n = 1
         for s in shape:
             n *= s
@@ -121,19 +182,115 @@ class GSet:
 
     @classmethod
     def lifted_grid(cls, group: Group, point_group: PointGroup, height: int, width: int) -> GSet:
-        """Pixels × point-group elements (index ``(k·height + y)·width + x``)."""
+        """Pixels × point-group elements (index ``(k·height + y)·width + x``).
+
+        Raises
+        ------
+        GroupError
+            If ``point_group`` is not a :class:`~groupattn.groups.PointGroup`.
+        """
+        if not isinstance(point_group, PointGroup):
+            raise GroupError(
+                f"GSet.lifted_grid: expected a point group (CyclicGroup or DihedralGroup), "
+                f"got {_describe(point_group)}"
+            )
         return cls.of_field(LiftedField(point_group), group, (point_group.order(), height, width))
 
     # ----------------------------------------------------------------- the action
     def permutation(self, g: Any) -> torch.Tensor:
-        """Long tensor ``(n,)``: ``perm[i]`` is where point ``i`` goes under ``g``."""
+        """Long tensor ``(n,)``: ``perm[i]`` is where point ``i`` goes under ``g``.
+
+        ``permutation(g · h) == permutation(g)[permutation(h)]``.
+
+        Raises
+        ------
+        GroupError
+            If ``g`` is not an element of the group, the map fails :meth:`validate`, or
+            its value for ``g`` is not a permutation of ``range(n)``.
+        """
         e = self.group.element(g)
-        p = torch.as_tensor(self._fn(e), dtype=torch.long)
-        if p.shape != (self.num_points,):
+        if not self._validated:
+            self.validate()
+        return self._checked(e)
+
+    def _checked(self, e: GroupElement) -> torch.Tensor:
+        """``permutation_fn(e)`` as a long tensor, checked to be a permutation of ``range(n)``."""
+        n = self.num_points
+        raw = self._fn(e)
+        try:
+            t = torch.as_tensor(raw)
+        except (TypeError, ValueError, RuntimeError):
             raise GroupError(
-                f"{self.name}: expected a permutation of length {self.num_points}, got shape {tuple(p.shape)}"
+                f"{self.name}: expected permutation({e!r}) as a sequence of {n} ints, got {_describe(raw)}"
+            ) from None
+        if t.dtype == torch.bool or t.is_complex():
+            raise GroupError(f"{self.name}: expected permutation({e!r}) as integers, got dtype {t.dtype}")
+        if t.is_floating_point():
+            if not torch.equal(t, torch.round(t)):
+                raise GroupError(f"{self.name}: expected permutation({e!r}) as integers, got {_summary(t)}")
+        t = t.to(torch.long)
+        if t.shape != (n,):
+            raise GroupError(
+                f"{self.name}: expected a permutation of length {n}, got shape {tuple(t.shape)} for {e!r}"
             )
-        return p
+        if n:
+            bad = bool(t.min() < 0) or bool(t.max() >= n)
+            if not bad:
+                counts = torch.bincount(t, minlength=n)
+                bad = bool((counts != 1).any())
+            if bad:
+                raise GroupError(
+                    f"{self.name}: expected permutation({e!r}) to be a permutation of range({n}) "
+                    f"(each point exactly once), got {_summary(t)}{_defects(t, n)}"
+                )
+        return t
+
+    def validate(self) -> GSet:
+        """Check the map once (see the class docstring); return ``self``.
+
+        Checks, in order: every generator maps to a permutation of ``range(n)``; the
+        identity maps to ``arange(n)``; ``perm(g·h) == perm(g)[perm(h)]`` for every
+        ordered pair of generators; the same for three seeded random elements ``a, b``
+        (each with the next, and each with every generator).
+
+        Raises
+        ------
+        GroupError
+            Naming the G-set, the elements involved, what was expected and what was got.
+        """
+        if self._validated:
+            return self
+        group, n = self.group, self.num_points
+        gens = group.generators()
+        perms = [self._checked(g) for g in gens]
+        ident = self._checked(group.identity())
+        if not torch.equal(ident, torch.arange(n)):
+            raise GroupError(
+                f"{self.name}: expected the identity to map to the identity permutation, got {_summary(ident)}"
+            )
+
+        def check(a: GroupElement, b: GroupElement, pa: torch.Tensor, pb: torch.Tensor) -> None:
+            got = self._checked(group.compose(a, b))
+            want = pa[pb]
+            if not torch.equal(got, want):
+                raise GroupError(
+                    f"{self.name}: expected a group action, permutation(g·h) == permutation(g)[permutation(h)], "
+                    f"for g = {a!r}, h = {b!r}: expected {_summary(want)}, got {_summary(got)}"
+                )
+
+        for a, pa in zip(gens, perms):
+            for b, pb in zip(gens, perms):
+                check(a, b, pa, pb)
+        randoms = group.sample(3, seed=0)
+        rperms = [self._checked(r) for r in randoms]
+        for k, (a, pa) in enumerate(zip(randoms, rperms)):
+            b, pb = randoms[(k + 1) % len(randoms)], rperms[(k + 1) % len(rperms)]
+            check(a, b, pa, pb)
+            for s, ps in zip(gens, perms):
+                check(a, s, pa, ps)
+                check(s, a, ps, pa)
+        self._validated = True
+        return self
 
     def _generator_permutations(self) -> list[torch.Tensor]:
         return [self.permutation(g) for g in self.group.generators()]
@@ -149,7 +306,13 @@ class GSet:
         return int(self.orbits().max()) + 1 if self.num_points else 0
 
     def stabilizer(self, point: int) -> list[GroupElement]:
-        """All elements fixing ``point`` (needs a finite group)."""
+        """All elements fixing ``point``, in :meth:`~groupattn.groups.FiniteGroup.elements` order.
+
+        Needs a finite group whose elements can be listed (for a permutation group
+        acting naturally, :meth:`PermutationGroup.stabilizer
+        <groupattn.groups.PermutationGroup.stabilizer>` gives the stabiliser as a group
+        without listing it).
+        """
         if not isinstance(self.group, FiniteGroup):
             raise GroupError(f"{self.name}: expected a finite group for stabilizers, got {self.group.name}")
         if not 0 <= point < self.num_points:
@@ -177,3 +340,35 @@ class GSet:
 
     def __repr__(self) -> str:
         return f"GSet({self.name}, n={self.num_points})"
+
+
+def _summary(t: torch.Tensor, limit: int = 16) -> str:
+    values = t.reshape(-1).tolist()
+    if len(values) <= limit:
+        return str(values)
+    return "[" + ", ".join(str(v) for v in values[:limit]) + f", ... ({len(values)} entries)]"
+
+
+def _defects(t: torch.Tensor, n: int) -> str:
+    """`` (repeats …; misses …; out of range …)`` for a tensor that is not a permutation."""
+    values = t.tolist()
+    out_of_range = sorted({v for v in values if not 0 <= v < n})
+    counts: dict[int, int] = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    repeated = sorted(v for v, c in counts.items() if c > 1 and 0 <= v < n)
+    missing = [v for v in range(n) if v not in counts]
+    parts = []
+    if repeated:
+        parts.append("repeats " + _short(repeated))
+    if missing:
+        parts.append("misses " + _short(missing))
+    if out_of_range:
+        parts.append("out of range " + _short(out_of_range))
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _short(values: list[int], limit: int = 8) -> str:
+    if len(values) <= limit:
+        return str(values)
+    return str(values[:limit])[:-1] + f", ... ({len(values)} points)]"

@@ -1,9 +1,14 @@
-"""Attention: the kernel (``scaled_dot_product_attention``), its factorised local variant, and the layers."""
+"""Attention: the kernel (``scaled_dot_product_attention``), its factorised local variant, and the layers.
+
+:class:`OrbitalAttention` attends over the tokens of any G-set (any finite group acting
+on them) with an orbital bias; the grid layers are fast special cases.
+"""
 
 from ._global import GlobalSelfAttention, make_relative_bias
 from ._group_attention import GroupSelfAttention, resolve_point_group
 from ._kernel import attend, attend_shared_query_windows
 from ._lifting import LiftingSelfAttention
+from ._orbital import OrbitalAttention
 from ._pooling import AttentionPooling, MeanPooling
 from ._reduced import SpatialReductionAttention
 from ._window import WindowAttention
@@ -14,6 +19,7 @@ __all__ = [
     "GroupSelfAttention",
     "LiftingSelfAttention",
     "MeanPooling",
+    "OrbitalAttention",
     "SpatialReductionAttention",
     "WindowAttention",
     "attend",

@@ -1,4 +1,4 @@
-"""Invariant heads: mean pooling and learned-query attention pooling over grid tokens."""
+"""Invariant heads: mean pooling and learned-query attention pooling over tokens."""
 
 from __future__ import annotations
 
@@ -8,52 +8,112 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from ..actions import InvariantField, TokenField
+from ..actions import FieldType, GSetField, InvariantField, TokenField, TrivialRepresentation
 from ..contracts import Contract
-from ..groups import Group
-from ..positional._translation import _check_grid, _check_tokens, _grid_stride
+from ..groups import Group, GroupError
+from ..positional import token_permutation
+from ..positional._translation import _check_grid, _check_tokens
 from ._global import _check_heads
 from ._kernel import attend
 
 __all__ = ["AttentionPooling", "MeanPooling"]
 
 
-def _invariant_contract(module: str, group: Group, grid: tuple[int, int], prefix: int) -> Contract:
-    field = TokenField(grid, prefix=prefix)
-    if _grid_stride(group, grid) is None:
-        return Contract.unknown(f"{module}: promises nothing for {group.name}", field)
+def _default_field(grid: tuple[int, int] | None, prefix: int) -> FieldType | None:
+    return None if grid is None else TokenField(grid, prefix=prefix)
+
+
+def _invariant_contract(
+    module: str, group: Group, field: FieldType | None, prefix: int, input_type: Any = None
+) -> Contract:
+    """*Invariant* if ``group`` permutes the pooled tokens among themselves.
+
+    Pooling over tokens ``prefix … N−1`` with a function symmetric in them (a mean,
+    attention with position-free queries) is invariant exactly when every element maps
+    that set of tokens onto itself and the channels are trivial; checked on the
+    generators by acting on a float64 probe through the input type.
+    """
+    if isinstance(input_type, TokenField | GSetField):
+        field = input_type
+    elif field is None and isinstance(input_type, FieldType):
+        field = input_type
+    if field is None:
+        return Contract.unknown(
+            f"{module}: promises nothing without a token layout (give grid=... or an input type)", input_type
+        )
+    channels = getattr(field, "channels", None)
+    if channels is not None and not isinstance(channels, TrivialRepresentation):
+        return Contract.unknown(
+            f"{module}: the pooled vector moves by the channel representation {channels!r}; "
+            f"there is no field type for it",
+            field,
+        )
+    n = field.num_tokens if isinstance(field, TokenField) else getattr(field, "num_points", None)
+    if not isinstance(field, TokenField | GSetField) or n is None:
+        return Contract.unknown(f"{module}: expected a token layout (B, N, C), got {field.describe()}", field)
+    if prefix > n:
+        return Contract.unknown(f"{module}: expected at least {prefix} tokens, got {field.describe()}", field)
+    pooled = torch.arange(prefix, n)
+    try:
+        for g in group.generators():
+            perm = token_permutation(field, group, g, n)
+            if not torch.equal(torch.sort(perm[prefix:]).values, pooled):
+                return Contract.breaks(
+                    f"{module}: {group.name} moves tokens between the skipped prefix and the pooled tokens",
+                    field,
+                    InvariantField(),
+                )
+    except GroupError as error:
+        return Contract.unknown(f"{module}: promises nothing for {group.name} ({error})", field)
     return Contract.invariant(field, InvariantField())
 
 
 class MeanPooling(nn.Module):
-    """Average of the grid tokens (prefix tokens are skipped).
+    """Average of the tokens (``prefix`` leading tokens are skipped).
 
-    Contract: *invariant* under every permutation of the grid tokens, in particular
-    ``TorusTranslations(h, w)``.
+    The mean is symmetric in the tokens, so it is invariant under every permutation of
+    them: under translations or rotations of a token grid, ``S_n`` on a set, a graph's
+    automorphisms, any G-set.
 
-    Shapes: ``(B, prefix + h·w, C) → (B, C)``.
+    Contract: *invariant* under every group whose action on the input type permutes
+    the pooled tokens among themselves with trivial channels (checked exactly on the
+    generators): ``TorusTranslations(h, w)`` on ``TokenField((h, w))`` by default, and
+    any group on a :class:`~groupattn.actions.GSetField` /
+    :class:`~groupattn.actions.SetField` input type passed to :meth:`contract`.
+    *Unknown* for a group that does not act on the layout.
+
+    Shapes: ``(B, prefix + N, C) → (B, C)``.
 
     Parameters
     ----------
     grid
-        Token grid ``(h, w)``.
+        Token grid ``(h, w)`` (checked in ``forward`` and the default input type of the
+        contract), or ``None`` for any number of tokens (the contract then needs an
+        input type, e.g. ``GSetField(gset)``).
     prefix
-        Leading non-grid tokens to skip.
+        Leading tokens to skip (e.g. a class token).
     """
 
-    def __init__(self, grid: tuple[int, int], prefix: int = 0) -> None:
+    def __init__(self, grid: tuple[int, int] | None = None, prefix: int = 0) -> None:
         super().__init__()
-        self.grid = _check_grid("MeanPooling", grid)
+        self.grid = None if grid is None else _check_grid("MeanPooling", grid)
         self.prefix = prefix
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Mean over the grid tokens."""
-        _check_tokens("MeanPooling", x, self.grid, self.prefix)
+        """Mean over the tokens after the prefix."""
+        if self.grid is not None:
+            _check_tokens("MeanPooling", x, self.grid, self.prefix)
+        elif x.dim() != 3 or x.shape[1] <= self.prefix:
+            raise GroupError(
+                f"MeanPooling: expected tokens (B, N, C) with N > {self.prefix}, got a tensor of shape {tuple(x.shape)}"
+            )
         return x[:, self.prefix :].mean(dim=1)
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
-        """Invariant."""
-        return _invariant_contract("MeanPooling", group, self.grid, self.prefix)
+        """Invariant (see the class docstring)."""
+        return _invariant_contract(
+            "MeanPooling", group, _default_field(self.grid, self.prefix), self.prefix, input_type
+        )
 
     def extra_repr(self) -> str:
         return f"grid={self.grid}, prefix={self.prefix}"
@@ -64,7 +124,8 @@ class AttentionPooling(nn.Module):
 
     Attention with queries that do not depend on position is invariant to every
     permutation of the keys and values. Contract: *invariant* under
-    ``TorusTranslations(h, w)``.
+    ``TorusTranslations(h, w)``, and under any group that permutes the pooled tokens
+    of the input type given to :meth:`contract` (as :class:`MeanPooling`).
 
     Shapes: ``(B, prefix + h·w, C) → (B, C)``.
 
@@ -105,7 +166,9 @@ class AttentionPooling(nn.Module):
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """Invariant."""
-        return _invariant_contract("AttentionPooling", group, self.grid, self.prefix)
+        return _invariant_contract(
+            "AttentionPooling", group, _default_field(self.grid, self.prefix), self.prefix, input_type
+        )
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, heads={self.heads}, grid={self.grid}, num_queries={self.num_queries}"

@@ -8,7 +8,7 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from ..canonical import polyphase_anchor
+from ..canonical import PolyphaseAnchor
 from ..canonical._polyphase import Norm
 from ..contracts import Contract
 from ..groups import Group, GroupError
@@ -82,12 +82,13 @@ class SpatialReductionAttention(nn.Module):
             nn.Conv2d(dim, dim, reduction, stride=reduction) if reduction > 1 else nn.Identity()
         )
         self.reduce_norm: nn.Module = nn.LayerNorm(dim) if reduction > 1 else nn.Identity()
+        self.anchor = PolyphaseAnchor(reduction, norm, grid=self.grid)
 
     def _reduced(self, x: torch.Tensor) -> torch.Tensor:
         if self.reduction == 1:
             return self.input_norm(x)
         if self.anchored:
-            x = polyphase_anchor(x, self.reduction, self.norm, self.grid).output
+            x = self.anchor(x).output
         x = self.input_norm(x)
         h, w = self.grid
         image = rearrange(x, "b (y x) c -> b c y x", y=h, x=w)

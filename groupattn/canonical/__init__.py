@@ -13,12 +13,20 @@ from ._polyphase import (
     polyphase_unanchor,
     shifted_token_index,
 )
+from ._record import (
+    CanonicalizationEvent,
+    CanonicalizationRecorder,
+    record_canonicalizations,
+    report_scores,
+)
 from ._types import Canonicalized
 
 __all__ = [
     "AdaptivePolyphaseDownsample",
     "AdaptivePolyphaseUpsample",
     "ArgmaxCanonicalizer",
+    "CanonicalizationEvent",
+    "CanonicalizationRecorder",
     "Canonicalized",
     "PolyphaseAnchor",
     "PolyphaseUnanchor",
@@ -28,5 +36,7 @@ __all__ = [
     "polyphase_norms",
     "polyphase_phase",
     "polyphase_unanchor",
+    "record_canonicalizations",
+    "report_scores",
     "shifted_token_index",
 ]

@@ -11,6 +11,7 @@ from torch import nn
 from ..actions import FieldType, GridField
 from ..contracts import Contract
 from ..groups import FiniteGroup, Group, GroupElement, GroupError
+from ._record import report_scores
 from ._types import Canonicalized
 
 __all__ = ["ArgmaxCanonicalizer", "argmax_with_margin"]
@@ -21,6 +22,8 @@ def argmax_with_margin(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 
     Ties are resolved deterministically: the **lowest index** among the best scores
     wins (``torch.argmax`` returns the first maximum), and the margin is then exactly 0.
+    Every decision is reported to :func:`~groupattn.canonical.record_canonicalizations`
+    when a recording is active (ties, near-ties within rounding, NaN scores).
 
     Parameters
     ----------
@@ -44,9 +47,12 @@ def argmax_with_margin(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
         )
     index = torch.argmax(scores, dim=1)
     if scores.shape[1] == 1:
-        return index, torch.full_like(scores[:, 0], float("inf"))
-    top = torch.topk(scores, 2, dim=1).values
-    return index, top[:, 0] - top[:, 1]
+        margin = torch.full_like(scores[:, 0], float("inf"))
+    else:
+        top = torch.topk(scores, 2, dim=1).values
+        margin = top[:, 0] - top[:, 1]
+    report_scores(scores, margin)  # to record_canonicalizations(), when one is active
+    return index, margin
 
 
 class ArgmaxCanonicalizer(nn.Module):

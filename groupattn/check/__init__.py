@@ -1,33 +1,55 @@
-"""The composition checker: certify whole networks from declared contracts, and verify them.
+"""The composition checker: certify whole networks, and verify them.
 
-:func:`certify` traces a model with torch.fx, propagates field layouts, acting groups
-and canonicalizer frames through the contracts of its parts, and returns a
-:class:`Certificate` (verdict, output type, first break with its reason and path,
-unverified nodes; renderable as text, a rich table, DOT or a picture).
-:func:`verify` measures equivariance numerically in float64.
-Contracts and layout rules for common PyTorch modules and functions are registered on
-import (see ``groupattn/check/_torch_contracts.py``); register your own with
-:func:`groupattn.contracts.register_contract` or a ``contract`` method.
+:func:`certify` exports a model to functional ATen operators with ``torch.export``,
+derives for every value how it moves when the input moves (an exact permutation of
+entries for each generator of the group, any finite group acting on any G-set), keeps
+canonicalizers whole and checks them by their contracts, and returns a
+:class:`Certificate` (verdict per output, output type, first break with its reason and
+path, unverified nodes; renderable as text, a rich table, DOT or a picture).
+:func:`verify` measures equivariance numerically in float64, on every output, for any
+finite group, telling canonicalizer ties and non-finite input apart from real errors.
+Operators without a rule, and modules the exporter cannot trace, are *unverified*;
+a module of your own is checked through its body, or through its ``contract`` method
+when its body cannot be verified.
 """
 
 from ..groups import GROUP_NAMES, group_from_name
 from ._certificate import BreakInfo, Certificate, Verdict, VerificationReport
-from ._certify import certify, default_input_type, verify
+from ._certify import certify, default_input_type
+from ._checker import OutputInfo
 from ._layout import Atom, LayoutField, describe_layout
-from ._symbols import Frame
+from ._propagate import NodeRecord
+from ._values import Frame
+from ._verify import (
+    DetailedVerificationReport,
+    OutputCheck,
+    VerificationBudgetError,
+    VerificationCost,
+    attach_verification,
+    estimate_verification,
+    verify,
+)
 
 __all__ = [
     "GROUP_NAMES",
     "Atom",
     "BreakInfo",
     "Certificate",
+    "DetailedVerificationReport",
     "Frame",
     "LayoutField",
+    "NodeRecord",
+    "OutputCheck",
+    "OutputInfo",
     "Verdict",
+    "VerificationBudgetError",
+    "VerificationCost",
     "VerificationReport",
+    "attach_verification",
     "certify",
     "default_input_type",
     "describe_layout",
+    "estimate_verification",
     "group_from_name",
     "verify",
 ]

@@ -14,7 +14,7 @@ import networkx as nx
 
 from ..actions import FieldType
 from ..groups import Group, GroupElement
-from ._engine import NodeRecord
+from ._propagate import NodeRecord
 
 __all__ = ["BreakInfo", "Certificate", "Verdict", "VerificationReport"]
 
@@ -48,22 +48,27 @@ class BreakInfo:
     Attributes
     ----------
     node
-        The node's name in the traced graph.
+        Where it breaks: the path of the innermost module that runs the operation
+        (e.g. ``"blocks.0.attention"``), or the operation's graph node when it runs in
+        the model's own ``forward``.
     target
-        What the node calls (module path, function or method).
+        The operation (an ATen operator, or a leaf module and its class).
     reason
         Why, in plain words.
     path
-        Node names from the input to ``node``.
+        Graph nodes from the input to the breaking operation.
+    operation
+        The breaking operation's node in the exported graph.
     """
 
     node: str
     target: str
     reason: str
     path: list[str]
+    operation: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"node": self.node, "target": self.target, "reason": self.reason, "path": self.path}
+        return {"node": self.node, "target": self.target, "reason": self.reason, "path": self.path, "operation": self.operation}
 
 
 @dataclass
@@ -179,8 +184,12 @@ class Certificate:
         Where certificate and numerical check disagree; a certified network that fails
         numerically is a defect of the checker.
     notes
-        How the network was checked when not by tracing it whole (e.g. composed from the
-        children of an untraceable ``Sequential``).
+        How the network was checked (e.g. by the declared contracts of modules whose
+        bodies could not be verified) and how long it took.
+    outputs
+        One :class:`~groupattn.check.OutputInfo` per tensor the model returns (in
+        pytree order), and per in-place modification of its input or state: each has its
+        own verdict, field type, frame and reason.
     """
 
     verdict: Verdict
@@ -197,6 +206,7 @@ class Certificate:
     verification: VerificationReport | None = None
     disagreements: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    outputs: list[Any] = field(default_factory=list)
 
     @property
     def certified(self) -> bool:

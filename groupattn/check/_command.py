@@ -1,103 +1,388 @@
-"""``groupattn check``: certify (and optionally verify) a registered model or a factory.
+"""``groupattn check``: certify a registered model or a factory, and verify it numerically.
 
-Exit code 0 when certified equivariant or invariant, 1 when broken, 2 when unverified
-or on a usage error.
+The checker composes the declared contracts of the network's parts; the numerical
+check (on by default; ``--no-verify`` skips it) then measures equivariance in float64
+on a seeded random input. A network the checker certifies but the numbers refute is
+never reported as certified: its status is ``disagreement``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import math
+import os
 import sys
+import tempfile
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..groups import GROUP_NAMES, group_from_name
+from ..actions import FieldType
+from ..groups import GROUP_NAMES, Group, GroupError, group_from_name
 
-__all__ = ["register", "run"]
+__all__ = [
+    "DEFAULT_VERIFY_BUDGET_S",
+    "EXIT_CODES",
+    "MAX_INPUT_ELEMENTS",
+    "check_status",
+    "register",
+    "run",
+]
+
+#: Exit codes of ``groupattn check`` (also in the JSON as ``"status"`` and ``"exit_code"``).
+EXIT_CODES: dict[str, int] = {
+    "certified": 0,
+    "runtime_error": 1,
+    "usage_error": 2,
+    "broken": 3,
+    "unverified": 4,
+    "disagreement": 5,
+}
+
+_MEANINGS = {
+    "certified": "certified equivariant or invariant, not refuted numerically",
+    "runtime_error": "a crash (model factory, checker or numerical check); Python's code for an uncaught exception",
+    "usage_error": "bad arguments, found before any work; or a numerical check over its budget",
+    "broken": "the checker found a node that breaks equivariance",
+    "unverified": "the checker cannot tell (a part without a contract, an untraceable model)",
+    "disagreement": "certified by the checker, refuted by the numerical check: not a certificate",
+}
+
+#: The largest example input ``--input-shape`` may ask for, in elements (checked before allocating).
+MAX_INPUT_ELEMENTS = 2**24
+
+#: Default budget of the numerical check, in estimated seconds (``--verify-budget``).
+DEFAULT_VERIFY_BUDGET_S = 300.0
+
+
+def _epilog() -> str:
+    rows = "\n".join(f"  {code}  {status:<14} {_MEANINGS[status]}" for status, code in EXIT_CODES.items())
+    return (
+        "exit codes (the JSON repeats them as \"status\" and \"exit_code\"):\n"
+        f"{rows}\n\n"
+        "--group takes a built-in name or MODULE:FACTORY: FACTORY() returns a Group, or a\n"
+        "(Group, FieldType) pair that also gives the input's field type (e.g. a G-set of tokens).\n"
+        f"--input-shape is refused beyond {MAX_INPUT_ELEMENTS:,} elements; the numerical check is\n"
+        "estimated first (elements x one forward pass) and refused beyond --verify-budget seconds."
+    )
+
+
+class UsageError(Exception):
+    """A bad argument: one line on stderr, exit code 2, no traceback."""
 
 
 def register(subparsers: Any) -> None:
     """Add the ``check`` subcommand to the ``groupattn`` parser."""
     p = subparsers.add_parser(
         "check",
-        help="certify a network from its parts' contracts (exit 0 certified, 1 broken, 2 unverified)",
+        help="certify a network from its parts' contracts and verify it numerically "
+        "(exit 0 certified, 3 broken, 4 unverified, 5 disagreement; 2 usage, 1 crash)",
         description=__doc__,
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("factory", nargs="?", help="MODULE:FACTORY, a function returning the model (no arguments)")
     p.add_argument("--model", help="a registered model name (groupattn.models.list_models())")
     p.add_argument("--baseline", action="store_true", help="check the model's non-equivariant baseline")
-    p.add_argument("--input-shape", help="B,C,H,W (default for --model: 2 and the model's input shape)")
-    p.add_argument("--group", choices=GROUP_NAMES, help="the acting group (default for --model: the model's)")
-    p.add_argument("--verify", action="store_true", help="also measure equivariance numerically in float64")
+    p.add_argument(
+        "--input-shape",
+        help="B,C,H,W, or B,N,C for tokens (default for --model: 2 and the model's input shape)",
+    )
+    p.add_argument(
+        "--group",
+        metavar="NAME|MODULE:FACTORY",
+        help=f"the acting group: one of {', '.join(GROUP_NAMES)}, or MODULE:FACTORY returning a Group or a "
+        "(Group, FieldType) pair (default for --model: the model's)",
+    )
+    p.add_argument(
+        "--verify",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="measure equivariance numerically in float64 (default: on; --no-verify skips it)",
+    )
+    p.add_argument(
+        "--verify-budget",
+        type=float,
+        default=DEFAULT_VERIFY_BUDGET_S,
+        metavar="SECONDS",
+        help=f"refuse a numerical check estimated to take longer (default {DEFAULT_VERIFY_BUDGET_S:g})",
+    )
     p.add_argument("--json", metavar="FILE", help="write the certificate as JSON")
     p.add_argument("--graph", metavar="FILE", help="write the graph (.dot, .png, .svg or .pdf)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random example input")
+    p.add_argument("--traceback", action="store_true", help="print the traceback of a runtime error")
     p.set_defaults(func=run)
 
 
-def _usage(message: str) -> int:
-    print(f"groupattn check: error: {message}", file=sys.stderr)
-    return 2
+# ---------------------------------------------------------------------------- status
+def check_status(cert: Any) -> str:
+    """The status of a certificate: ``certified``, ``broken``, ``unverified`` or ``disagreement``.
+
+    ``disagreement``: the checker certified the network and the numerical check refuted
+    it (:func:`~groupattn.check.attach_verification` lists it and demotes the verdict).
+    """
+    if cert.disagreements:
+        return "disagreement"
+    if cert.certified:
+        return "certified"
+    return "broken" if cert.verdict.value == "broken" else "unverified"
+
+
+# ---------------------------------------------------------------------------- plan (no work)
+@dataclass
+class _Plan:
+    build: Callable[[], Any]
+    shape: tuple[int, ...]
+    group: Group
+    input_type: FieldType | None
+    json_path: Path | None
+    graph_path: Path | None
 
 
 def _parse_shape(text: str) -> tuple[int, ...]:
     try:
         shape = tuple(int(s) for s in text.replace("x", ",").split(",") if s.strip())
     except ValueError as err:
-        raise ValueError(f"expected --input-shape as B,C,H,W integers, got {text!r}") from err
+        raise UsageError(f"expected --input-shape as comma-separated integers (B,C,H,W), got {text!r}") from err
     if len(shape) < 2 or any(s < 1 for s in shape):
-        raise ValueError(f"expected --input-shape as B,C,H,W positive integers, got {text!r}")
+        raise UsageError(f"expected --input-shape as at least two positive integers (B,C,H,W), got {text!r}")
     return shape
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run ``groupattn check`` with parsed arguments; returns the exit code."""
-    from ._certify import certify
+def _check_size(shape: tuple[int, ...]) -> None:
+    size = math.prod(shape)
+    if size > MAX_INPUT_ELEMENTS:
+        raise UsageError(
+            f"expected --input-shape of at most {MAX_INPUT_ELEMENTS:,} elements, got {'x'.join(map(str, shape))} "
+            f"= {size:,} elements"
+        )
 
+
+def _import(spec: str, what: str) -> Callable[..., Any]:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise UsageError(f"expected {what} as MODULE:FACTORY, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:
+        raise UsageError(f"cannot import {module_name!r} for {what} {spec!r}: {type(err).__name__}: {err}") from err
+    factory = getattr(module, attr, None)
+    if factory is None:
+        raise UsageError(f"cannot import {spec!r} for {what}: module {module_name!r} has no attribute {attr!r}")
+    if not callable(factory):
+        raise UsageError(f"expected {what} {spec!r} to be callable, got {type(factory).__name__}")
+    return factory  # type: ignore[no-any-return]
+
+
+def _spatial(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The grid a group name is resolved against (a square grid for tokens ``(B, N, C)``)."""
+    if len(shape) == 3:
+        side = math.isqrt(shape[1])
+        return (side, side)
+    return shape
+
+
+def _resolve_group(text: str, shape: tuple[int, ...]) -> tuple[Group, FieldType | None]:
+    if ":" in text:
+        factory = _import(text, "--group")
+        try:
+            made = factory()
+        except Exception as err:
+            raise UsageError(f"--group factory {text!r} raised {type(err).__name__}: {err}") from err
+        if isinstance(made, Group):
+            return made, None
+        if (
+            isinstance(made, tuple)
+            and len(made) == 2
+            and isinstance(made[0], Group)
+            and isinstance(made[1], FieldType)
+        ):
+            return made[0], made[1]
+        raise UsageError(
+            f"expected --group factory {text!r} to return a Group or a (Group, FieldType) pair, "
+            f"got {type(made).__name__}"
+        )
+    if text.lower().strip() not in GROUP_NAMES:
+        raise UsageError(f"expected --group to be one of {', '.join(GROUP_NAMES)} or MODULE:FACTORY, got {text!r}")
+    try:
+        return group_from_name(text, _spatial(shape)), None
+    except GroupError as err:
+        raise UsageError(str(err)) from err
+
+
+def _check_writable(path_text: str, option: str) -> Path:
+    path = Path(path_text)
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise UsageError(f"cannot write {option} {path_text!r}: it is a directory")
+    if not parent.is_dir():
+        raise UsageError(f"cannot write {option} {path_text!r}: the folder {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write {option} {path_text!r}: the folder {str(parent)!r} is not writable")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise UsageError(f"cannot write {option} {path_text!r}: the file is not writable")
+    return path
+
+
+def _plan(args: argparse.Namespace) -> _Plan:
+    """Check every argument; build nothing, allocate nothing."""
     if bool(args.model) == bool(args.factory):
-        return _usage("give exactly one of --model NAME or MODULE:FACTORY")
-    group_name = args.group
-    shape: tuple[int, ...] | None = None
-    try:
-        if args.input_shape:
-            shape = _parse_shape(args.input_shape)
-        if args.model:
-            from ..models import create, get_spec
+        raise UsageError("give exactly one of --model NAME or MODULE:FACTORY")
+    if args.baseline and not args.model:
+        raise UsageError("--baseline applies to --model only")
+    if not args.verify_budget > 0:
+        raise UsageError(f"expected --verify-budget to be positive seconds, got {args.verify_budget}")
+    shape = _parse_shape(args.input_shape) if args.input_shape else None
+    group_text = args.group
+    build: Callable[[], Any]
+    if args.model:
+        from ..models import create, get_spec
 
-            try:
-                spec = get_spec(args.model)
-            except KeyError as err:
-                return _usage(str(err).strip('"'))
-            model = create(args.model, equivariant=not args.baseline)
-            shape = shape or (2, *spec.input_shape)
-            group_name = group_name or spec.group
-        else:
-            if args.baseline:
-                return _usage("--baseline applies to --model only")
-            module_name, _, attr = args.factory.partition(":")
-            if not module_name or not attr:
-                return _usage(f"expected MODULE:FACTORY, got {args.factory!r}")
-            try:
-                factory = getattr(importlib.import_module(module_name), attr)
-            except (ImportError, AttributeError) as err:
-                return _usage(f"cannot import {args.factory!r}: {err}")
-            model = factory()
-        if shape is None:
-            return _usage("--input-shape is required with MODULE:FACTORY")
-        if group_name is None:
-            return _usage("--group is required with MODULE:FACTORY")
-        group = group_from_name(group_name, shape)
-    except ValueError as err:
-        return _usage(str(err))
-    generator = torch.Generator().manual_seed(args.seed)
-    x = torch.randn(*shape, generator=generator)
+        try:
+            spec = get_spec(args.model)
+        except KeyError as err:
+            raise UsageError(str(err).strip("\"'")) from err
+        if shape is not None and tuple(shape[1:]) != tuple(spec.input_shape):
+            raise UsageError(
+                f"expected --input-shape B,{','.join(map(str, spec.input_shape))} for --model {args.model}, "
+                f"got {','.join(map(str, shape))}"
+            )
+        shape = shape or (2, *spec.input_shape)
+        group_text = group_text or spec.group
+        name, equivariant = args.model, not args.baseline
+
+        def build() -> Any:
+            return create(name, equivariant=equivariant)
+
+    else:
+        build = _import(args.factory, "the model factory")
+    if shape is None:
+        raise UsageError("--input-shape is required with MODULE:FACTORY")
+    if group_text is None:
+        raise UsageError("--group is required with MODULE:FACTORY")
+    _check_size(shape)
+    group, input_type = _resolve_group(group_text, shape)
+    meta = torch.empty(shape, device="meta")
     try:
-        cert = certify(model, x, group, verify=args.verify)
-    except ValueError as err:
+        if input_type is None:
+            from ._certify import default_input_type
+
+            default_input_type(meta, group)
+        else:
+            input_type.check(meta, "--input-shape")
+    except GroupError as err:
+        raise UsageError(f"--input-shape {','.join(map(str, shape))} does not fit the group's input: {err}") from err
+    json_path = _check_writable(args.json, "--json") if args.json else None
+    graph_path = None
+    if args.graph:
+        graph_path = _check_writable(args.graph, "--graph")
+        if graph_path.suffix.lower() not in (".dot", ".gv", ".png", ".svg", ".pdf"):
+            raise UsageError(f"expected --graph to end in .dot, .png, .svg or .pdf, got {args.graph!r}")
+    return _Plan(build, shape, group, input_type, json_path, graph_path)
+
+
+# ---------------------------------------------------------------------------- writing
+def _write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``: exclusive temporary file in the same folder, fsync, rename.
+
+    The temporary file is removed on any failure.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # the permissions of an ordinary new file, not mkstemp's 0600
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _json_text(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, default=str) + "\n"
+
+
+# ---------------------------------------------------------------------------- run
+def _usage(message: str) -> int:
+    one_line = " ".join(message.split())
+    print(f"groupattn check: error: {one_line}", file=sys.stderr)
+    return EXIT_CODES["usage_error"]
+
+
+def _runtime_error(args: argparse.Namespace, plan: _Plan, err: Exception) -> int:
+    """Report a crash in one line (the traceback with ``--traceback``); its own exit code."""
+    text = str(err).strip().splitlines()
+    line = f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
+    if args.traceback:
+        traceback.print_exception(err)
+    hint = "" if args.traceback else " (--traceback shows where)"
+    print(f"groupattn check: runtime error: {line}{hint}", file=sys.stderr)
+    if plan.json_path is not None:
+        data = {"status": "runtime_error", "exit_code": EXIT_CODES["runtime_error"], "error": line}
+        with contextlib.suppress(OSError):
+            _write_atomic(plan.json_path, _json_text(data))
+    return EXIT_CODES["runtime_error"]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``groupattn check`` with parsed arguments; returns the exit code (see :data:`EXIT_CODES`)."""
+    try:
+        plan = _plan(args)
+    except UsageError as err:
         return _usage(str(err))
+    try:
+        return _execute(args, plan)
+    except UsageError as err:
+        return _usage(str(err))
+    except Exception as err:
+        return _runtime_error(args, plan, err)
+
+
+def _execute(args: argparse.Namespace, plan: _Plan) -> int:
+    from torch import nn
+
+    from ._certificate import Certificate, Verdict
+    from ._certify import certify
+    from ._verify import VerificationBudgetError, attach_verification, estimate_verification
+
+    model = plan.build()
+    if not isinstance(model, nn.Module):
+        raise UsageError(f"expected the model factory to return a torch.nn.Module, got {type(model).__name__}")
+    generator = torch.Generator().manual_seed(args.seed)
+    x = torch.randn(*plan.shape, generator=generator)
+    try:  # one forward pass: the model's own check of the input, and the cost of the numerical check
+        cost = estimate_verification(model, x, plan.group)
+    except GroupError as err:
+        raise UsageError(f"the model rejects --input-shape {','.join(map(str, plan.shape))}: {err}") from err
+    if args.verify:
+        if cost.total_s > args.verify_budget:
+            raise UsageError(
+                f"the numerical check would take {cost.describe()}, over --verify-budget {args.verify_budget:g} s: "
+                "pass --no-verify, a smaller --input-shape, or a larger --verify-budget"
+            )
+    try:
+        cert = certify(model, x, plan.group, input_type=plan.input_type)
+    except GroupError as err:  # the checker does not handle this input: unverified, never a crash or a pass
+        cert = Certificate(Verdict.UNVERIFIED, plan.group, plan.input_type, reason=f"the checker cannot check it: {err}")
+    if args.verify:
+        try:
+            cert = attach_verification(cert, model, x, None, budget_s=args.verify_budget)
+        except VerificationBudgetError as err:
+            raise UsageError(f"{err} (pass --no-verify or a larger --verify-budget)") from err
+    status = check_status(cert)
+    code = EXIT_CODES[status]
     try:
         from rich.console import Console
 
@@ -105,12 +390,20 @@ def run(args: argparse.Namespace) -> int:
         print(cert.summary())
     except ImportError:  # pragma: no cover
         print(cert.to_text())
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(cert.to_json(), fh, indent=2)
-    if args.graph:
-        try:
-            cert.save_graph(args.graph)
-        except ValueError as err:
-            return _usage(str(err))
-    return cert.exit_code
+    lines = getattr(cert.verification, "lines", None)
+    if callable(lines):
+        for line in lines():
+            print(f"numerical check: {line}")
+    if not args.verify:
+        print("numerical check: skipped (--no-verify)")
+    print(f"status: {status} (exit {code}): {_MEANINGS[status]}")
+    if plan.json_path is not None:
+        data = cert.to_json()
+        data.update({"status": status, "exit_code": code, "verified": cert.verification is not None})
+        _write_atomic(plan.json_path, _json_text(data))
+    if plan.graph_path is not None:
+        if plan.graph_path.suffix.lower() in (".dot", ".gv"):
+            _write_atomic(plan.graph_path, cert.to_dot())
+        else:
+            cert.save_graph(plan.graph_path)
+    return code

@@ -8,7 +8,47 @@ from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FiniteGroup", "Group", "GroupElement", "GroupError"]
+__all__ = ["ENUMERATION_BUDGET", "WORD_BUDGET", "FiniteGroup", "Group", "GroupElement", "GroupError"]
+
+#: The most elements :meth:`FiniteGroup.elements` lists (and :meth:`FiniteGroup.index`,
+#: :meth:`FiniteGroup.cayley_table`, … that need the list). A group whose order is known
+#: without listing it (a formula, or Schreier–Sims for permutation groups) and exceeds
+#: this is refused with :class:`GroupError` before anything is listed.
+ENUMERATION_BUDGET = 1_000_000
+
+#: The most elements the default :meth:`FiniteGroup.word` visits in its breadth-first
+#: search of the Cayley graph; larger groups are refused with :class:`GroupError`
+#: (permutation groups, cyclic, dihedral, translation and product groups compute words
+#: without that search).
+WORD_BUDGET = 100_000
+
+
+_GENERIC_BASES = frozenset({"Group", "FiniteGroup", "ABC", "object"})
+
+
+def _public_type_name(obj: object) -> str:
+    """The name of ``obj``'s most specific public class (no leading underscore).
+
+    ``p4(8)`` is an instance of a private finite subclass: this gives
+    ``"RotoTranslationGroup"``, never the private name (messages must not leak them).
+    """
+    public = [cls.__name__ for cls in type(obj).__mro__ if not cls.__name__.startswith("_")]
+    specific = [name for name in public if name not in _GENERIC_BASES]
+    return (specific or public or ["object"])[0]
+
+
+def _describe(obj: object) -> str:
+    """A short description of a value for error messages, without private class names."""
+    if obj is None or isinstance(obj, bool | int | float | str):
+        text = repr(obj)
+        return text if len(text) <= 60 else text[:57] + "..."
+    if isinstance(obj, Group):
+        return f"the group {obj.name} ({_public_type_name(obj)})"
+    if isinstance(obj, GroupElement):
+        return f"an element of {obj.group.name}"
+    if isinstance(obj, type):
+        return f"the class {obj.__name__}" if not obj.__name__.startswith("_") else "a class"
+    return f"an instance of {_public_type_name(obj)}"
 
 
 class GroupError(ValueError):
@@ -31,9 +71,9 @@ class GroupElement:
     group
         The group the element belongs to.
     value
-        The group's own representation of the element: an ``int`` for cyclic,
-        dihedral and permutation groups, a tuple of integers for translations, a tuple
-        of component values for products.
+        The group's own representation of the element: an ``int`` for cyclic and
+        dihedral groups, the permutation (a tuple of ints) for permutation groups, a
+        tuple of integers for translations, a tuple of component values for products.
     """
 
     group: Group
@@ -167,6 +207,8 @@ class Group(ABC):
         return True
 
     def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
         return isinstance(other, Group) and type(self) is type(other) and self.key() == other.key()
 
     def __hash__(self) -> int:
@@ -180,15 +222,22 @@ class Group(ABC):
 
 
 class FiniteGroup(Group):
-    """A group with finitely many elements, enumerated once and indexed by integers.
+    """A group with finitely many elements, indexed by integers once listed.
 
     ``elements()`` lists the elements in a fixed order; :meth:`index` gives an element's
     position in that list, which is how elements are batched as tensors. Subclasses
     implement :meth:`_enumerate` and the other abstract methods of :class:`Group`.
+
+    Listing is refused (:class:`GroupError`) for a group whose order is known to exceed
+    :data:`ENUMERATION_BUDGET`: a subclass that knows its order without listing (a
+    formula) overrides ``_order_without_enumeration()`` to return it, and then
+    :meth:`order` never lists. :meth:`word` writes any element as a product of
+    :meth:`generators`.
     """
 
     _elements_cache: list[Any] | None = None
     _index_cache: dict[Any, int] | None = None
+    _word_parent: dict[Any, tuple[Any, int] | None] | None = None
 
     @abstractmethod
     def _enumerate(self) -> list[Any]:
@@ -198,25 +247,57 @@ class FiniteGroup(Group):
     def is_finite(self) -> bool:
         return True
 
+    def _order_without_enumeration(self) -> int | None:
+        """The order when it is known without listing the elements, else ``None``.
+
+        Subclasses with a closed form (``n`` for C_n, ``h·w`` for a torus, a product of
+        orders, Schreier–Sims for permutation groups) override this.
+        """
+        return None
+
+    def _enumeration_budget(self) -> int:
+        """The most elements :meth:`elements` lists (default :data:`ENUMERATION_BUDGET`)."""
+        return ENUMERATION_BUDGET
+
     def _values(self) -> list[Any]:
         if self._elements_cache is None:
+            known = self._order_without_enumeration()
+            budget = self._enumeration_budget()
+            if known is not None and known > budget:
+                raise GroupError(
+                    f"{self.name}: expected a group of at most {budget} elements to list "
+                    f"(the enumeration budget, groupattn.groups.ENUMERATION_BUDGET), got one of "
+                    f"order {known}; order(), contains(), sample(), word() and orbit/orbital "
+                    f"computations do not list the elements"
+                )
             vals = self._enumerate()
             self._elements_cache = vals
             self._index_cache = {v: i for i, v in enumerate(vals)}
         return self._elements_cache
 
     def elements(self) -> list[GroupElement]:
-        """All elements, in the group's fixed order (the identity first)."""
+        """All elements, in the group's fixed order (the identity first).
+
+        Raises
+        ------
+        GroupError
+            If the group's order is known to exceed the enumeration budget
+            (:data:`ENUMERATION_BUDGET` unless the group sets its own).
+        """
         return [GroupElement(self, v) for v in self._values()]
 
     def __iter__(self) -> Iterator[GroupElement]:
         return iter(self.elements())
 
     def __len__(self) -> int:
-        return len(self._values())
+        return self.order()
 
     def order(self) -> int:
-        return len(self._values())
+        """The number of elements; listed only when no formula is known."""
+        if self._elements_cache is not None:
+            return len(self._elements_cache)
+        known = self._order_without_enumeration()
+        return known if known is not None else len(self._values())
 
     def index(self, a: Any) -> int:
         """The position of ``a`` in :meth:`elements`."""
@@ -249,6 +330,91 @@ class FiniteGroup(Group):
         assert self._index_cache is not None
         return [self._index_cache[self._inverse(v)] for v in vals]
 
+    # ------------------------------------------------------------------ words
+    def word(self, g: Any) -> list[int]:
+        """Write ``g`` as a product of the generators: indices into :meth:`generators`.
+
+        The convention: for ``gens = self.generators()`` and ``w = self.word(g)``,
+
+        ``g == gens[w[0]] * gens[w[1]] * … * gens[w[-1]]``
+
+        with ``*`` the group's own :meth:`compose` (``a * b`` is "``a`` after ``b``"),
+        evaluated left to right (any bracketing gives the same, by associativity). The
+        identity gives ``[]``. Acting on something, the **last** letter acts first:
+        ``g·x = gens[w[0]]·(gens[w[1]]·(… (gens[w[-1]]·x)))``, so a permutation action
+        ``perm(g)`` is ``perm(gens[w[0]])[perm(gens[w[1]])[… perm(gens[w[-1]])]]``.
+        Only generators appear (never their inverses).
+
+        The default is a breadth-first search of the Cayley graph from the identity
+        (right multiplication by each generator, in order), run once and cached: the
+        word is a shortest one. It visits at most :data:`WORD_BUDGET` elements.
+        Cyclic, dihedral, translation, product and permutation groups override it with
+        a formula or Schreier–Sims, so their words need no search (and may be longer
+        than the shortest).
+
+        Parameters
+        ----------
+        g
+            An element of this group (or a raw value :meth:`element` accepts).
+
+        Returns
+        -------
+        list[int]
+            Generator indices, of length 0 for the identity.
+
+        Raises
+        ------
+        GroupError
+            If ``g`` is not an element, the group exceeds :data:`WORD_BUDGET`, or ``g``
+            is not reachable from the generators (they do not generate the group).
+        """
+        value = self.element(g).value
+        parent = self._cayley_tree()
+        if value not in parent:
+            raise GroupError(
+                f"{self.name}: expected the generators to generate the group, but {self.element(g)!r} "
+                f"is not a product of them"
+            )
+        out: list[int] = []
+        step = parent[value]
+        while step is not None:
+            value, k = step
+            out.append(k)
+            step = parent[value]
+        out.reverse()
+        return out
+
+    def _cayley_tree(self) -> dict[Any, tuple[Any, int] | None]:
+        """Breadth-first tree of the Cayley graph: ``parent[x · s_k] = (x, k)``."""
+        if self._word_parent is not None:
+            return self._word_parent
+        known = self._order_without_enumeration()
+        if known is not None and known > WORD_BUDGET:
+            raise GroupError(
+                f"{self.name}: expected a group of at most WORD_BUDGET={WORD_BUDGET} elements for "
+                f"words by breadth-first search, got one of order {known}"
+            )
+        gens = [s.value for s in self.generators()]
+        ident = self._identity()
+        parent: dict[Any, tuple[Any, int] | None] = {ident: None}
+        frontier = [ident]
+        while frontier:
+            nxt = []
+            for x in frontier:
+                for k, s in enumerate(gens):
+                    y = self._compose(x, s)
+                    if y not in parent:
+                        parent[y] = (x, k)
+                        nxt.append(y)
+                        if len(parent) > WORD_BUDGET:
+                            raise GroupError(
+                                f"{self.name}: expected a group of at most WORD_BUDGET={WORD_BUDGET} "
+                                f"elements for words by breadth-first search, got more"
+                            )
+            frontier = nxt
+        self._word_parent = parent
+        return parent
+
 
 def _check_int(name: str, what: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
@@ -259,7 +425,7 @@ def _check_int(name: str, what: str, value: Any) -> int:
                 return int(value.item())
         except ImportError:  # pragma: no cover
             pass
-        raise GroupError(f"{name}: expected {what} as an int, got {value!r} ({type(value).__name__})")
+        raise GroupError(f"{name}: expected {what} as an int, got {_describe(value)} ({_public_type_name(value)})")
     return value
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ._base import Group, GroupError
+from ._base import Group, GroupError, _describe
 from ._permutation import PermutationGroup, SymmetricGroup
 from ._point import CyclicGroup, DihedralGroup
 from ._products import RotoTranslationGroup, p4, p4m
@@ -65,6 +65,8 @@ def check_group_axioms(group: Group, max_elements: int = 24, seed: int = 0) -> A
     point groups (C8, D6, …). Groups without a built-in action (e.g. a user subclass of
     :class:`FiniteGroup`) get the axioms only (``AxiomReport.action`` says which).
     """
+    if not isinstance(group, Group):
+        raise GroupError(f"check_group_axioms: expected a Group, got {_describe(group)}")
     if group.is_finite and (group.order() or 0) <= max_elements:
         elems = group.elements()  # type: ignore[attr-defined]
     else:

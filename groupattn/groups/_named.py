@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._base import Group, GroupError
+from ._base import Group, GroupError, _describe
 from ._point import CyclicGroup, DihedralGroup
 from ._products import p4, p4m
 from ._translations import TorusTranslations
@@ -35,6 +35,10 @@ def group_from_name(name: str | Group, input_shape: Sequence[int]) -> Group:
     """
     if isinstance(name, Group):
         return name
+    if not isinstance(name, str):
+        raise GroupError(
+            f"group_from_name: expected a group name ({', '.join(GROUP_NAMES)}) or a Group, got {_describe(name)}"
+        )
     key = name.lower().strip()
     if key not in GROUP_NAMES:
         raise GroupError(f"group_from_name: expected one of {', '.join(GROUP_NAMES)}, got {name!r}")

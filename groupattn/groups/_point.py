@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Hashable
 from typing import Any
 
-from ._base import FiniteGroup, GroupElement, GroupError, _check_int
+from ._base import FiniteGroup, GroupElement, GroupError, _check_int, _describe
 
 __all__ = ["CyclicGroup", "DihedralGroup", "PointGroup"]
 
@@ -78,8 +79,21 @@ class CyclicGroup(PointGroup):
     def _enumerate(self) -> list[int]:
         return list(range(self.n))
 
+    def _order_without_enumeration(self) -> int:
+        return self.n
+
+    def _sample(self, rng: random.Random) -> int:
+        # the same draw as rng.choice(list(range(n))), without the list
+        return rng.randrange(self.n)
+
     def generators(self) -> list[GroupElement]:
         return [self.element(1 % self.n)]
+
+    def word(self, g: Any) -> list[int]:
+        """``[0] * r`` for the rotation ``r`` (the generator is rotation 1); see
+        :meth:`FiniteGroup.word` for the convention."""
+        r = int(self.element(g).value)
+        return [0] * r if self.n > 1 else []
 
     def rotation(self, g: Any) -> int:
         return int(self.element(g).value)
@@ -143,11 +157,27 @@ class DihedralGroup(PointGroup):
     def _enumerate(self) -> list[int]:
         return list(range(2 * self.n))
 
+    def _order_without_enumeration(self) -> int:
+        return 2 * self.n
+
+    def _sample(self, rng: random.Random) -> int:
+        # the same draw as rng.choice(list(range(2n))), without the list
+        return rng.randrange(2 * self.n)
+
     def generators(self) -> list[GroupElement]:
+        """``[ρ, σ]`` (rotation by one step, then the reflection); ``[σ]`` for D_1."""
         gens = [self.element(self.n)]  # the reflection
         if self.n > 1:
             gens.insert(0, self.element(1))
         return gens
+
+    def word(self, g: Any) -> list[int]:
+        """``ρʳ σᵐ`` as ``[0] * r + [1] * m`` (``[0] * m`` for D_1); see
+        :meth:`FiniteGroup.word` for the convention."""
+        r, m = self._split(int(self.element(g).value))
+        if self.n == 1:
+            return [0] * m
+        return [0] * r + [1] * m
 
     def rotation(self, g: Any) -> int:
         return int(self.element(g).value) % self.n
@@ -171,6 +201,8 @@ def integer_matrix(group: PointGroup, g: Any) -> tuple[tuple[int, int], tuple[in
     GroupError
         If the group does not act exactly on the grid.
     """
+    if not isinstance(group, PointGroup):
+        raise GroupError(f"integer_matrix: expected a point group (CyclicGroup or DihedralGroup), got {_describe(group)}")
     if not group.acts_exactly_on_grid:
         raise GroupError(
             f"{group.name}: expected a point group acting exactly on the integer grid "
@@ -194,6 +226,8 @@ def real_matrix(group: PointGroup, g: Any) -> tuple[tuple[float, float], tuple[f
     """
     import math
 
+    if not isinstance(group, PointGroup):
+        raise GroupError(f"real_matrix: expected a point group (CyclicGroup or DihedralGroup), got {_describe(group)}")
     if group.acts_exactly_on_grid:
         m = integer_matrix(group, g)
         return ((float(m[0][0]), float(m[0][1])), (float(m[1][0]), float(m[1][1])))

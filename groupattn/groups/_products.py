@@ -6,7 +6,7 @@ import random
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from ._base import FiniteGroup, Group, GroupElement, GroupError
+from ._base import FiniteGroup, Group, GroupElement, GroupError, _describe
 from ._point import CyclicGroup, DihedralGroup, PointGroup, integer_matrix
 from ._translations import GridTranslations, TorusTranslations
 
@@ -17,6 +17,19 @@ __all__ = [
     "p4",
     "p4m",
 ]
+
+
+#: Finite products of at most this order sample by drawing from their element list (as
+#: they always did); larger ones draw each component uniformly (also uniform).
+_SAMPLE_FROM_LIST_LIMIT = 65_536
+
+
+def _check_group(name: str, what: str, value: Any) -> Group:
+    if not isinstance(value, Group):
+        raise GroupError(
+            f"{name}: expected {what} as a Group, got {_describe(value)}"
+        )
+    return value
 
 
 def _check_pair(name: str, value: Any) -> tuple[Any, Any]:
@@ -65,9 +78,41 @@ class _ProductBase(Group):
 
 
 class _FiniteProductMixin(FiniteGroup):
+    first: Group
+    second: Group
+
+    def _factors(self) -> tuple[FiniteGroup, FiniteGroup]:
+        assert isinstance(self.first, FiniteGroup) and isinstance(self.second, FiniteGroup)
+        return self.first, self.second
+
     def _enumerate(self) -> list[Any]:
-        assert isinstance(self.first, FiniteGroup) and isinstance(self.second, FiniteGroup)  # type: ignore[attr-defined]
-        return [(a, b) for b in self.second._values() for a in self.first._values()]  # type: ignore[attr-defined]
+        first, second = self._factors()
+        return [(a, b) for b in second._values() for a in first._values()]
+
+    def _order_without_enumeration(self) -> int | None:
+        first, second = self._factors()
+        a = first._order_without_enumeration()
+        b = second._order_without_enumeration()
+        return None if a is None or b is None else a * b
+
+    def _sample(self, rng: random.Random) -> Any:
+        known = self._order_without_enumeration()
+        if known is not None and known <= _SAMPLE_FROM_LIST_LIMIT:
+            return rng.choice(self._values())
+        # (n, h) ↦ pair is a bijection for direct and semidirect products: uniform
+        return (self.first._sample(rng), self.second._sample(rng))
+
+    def word(self, g: Any) -> list[int]:
+        """The first component's word, then the second's (shifted past the first's generators).
+
+        ``(a, b) = (a, e)·(e, b)`` in direct and semidirect products, and the generators
+        are ``(s, e)`` for the first factor's, then ``(e, t)`` for the second's; see
+        :meth:`FiniteGroup.word` for the convention.
+        """
+        a, b = self.element(g).value
+        first, second = self._factors()
+        shift = len(first.generators())
+        return first.word(a) + [shift + k for k in second.word(b)]
 
 
 class DirectProduct(_ProductBase):
@@ -79,6 +124,8 @@ class DirectProduct(_ProductBase):
     """
 
     def __new__(cls, first: Group, second: Group) -> DirectProduct:
+        _check_group("DirectProduct", "the first factor", first)
+        _check_group("DirectProduct", "the second factor", second)
         if cls is DirectProduct and first.is_finite and second.is_finite:
             return super().__new__(_FiniteDirectProduct)
         return super().__new__(cls)
@@ -118,6 +165,8 @@ class SemidirectProduct(_ProductBase):
     """
 
     def __new__(cls, normal: Group, acting: Group, *args: Any, **kwargs: Any) -> SemidirectProduct:
+        _check_group("SemidirectProduct", "the normal subgroup", normal)
+        _check_group("SemidirectProduct", "the acting group", acting)
         if cls is SemidirectProduct and normal.is_finite and acting.is_finite:
             return super().__new__(_FiniteSemidirectProduct)
         return super().__new__(cls)
@@ -130,6 +179,11 @@ class SemidirectProduct(_ProductBase):
         name: str | None = None,
     ) -> None:
         super().__init__(normal, acting)
+        if not callable(automorphism):
+            raise GroupError(
+                f"SemidirectProduct: expected the automorphism as a callable φ(h, n), got "
+                f"{_describe(automorphism)}"
+            )
         self.automorphism = automorphism
         self.name = name or f"{normal.name}⋊{acting.name}"
 
@@ -176,7 +230,7 @@ class RotoTranslationGroup(SemidirectProduct):
         if not isinstance(point_group, PointGroup):
             raise GroupError(
                 f"RotoTranslationGroup: expected a point group (CyclicGroup or DihedralGroup), "
-                f"got {point_group!r}"
+                f"got {_describe(point_group)}"
             )
         if not point_group.acts_exactly_on_grid:
             raise GroupError(

@@ -68,7 +68,28 @@ class TorusTranslations(FiniteGroup):
     def _enumerate(self) -> list[tuple[int, int]]:
         return [(i, j) for i in range(self.height) for j in range(self.width)]
 
+    def _order_without_enumeration(self) -> int:
+        return self.height * self.width
+
+    def _sample(self, rng: random.Random) -> tuple[int, int]:
+        # the same draw as rng.choice(elements in row-major order), without the list
+        k = rng.randrange(self.height * self.width)
+        return (k // self.width, k % self.width)
+
+    def word(self, g: Any) -> list[int]:
+        """``(dy, dx)`` as ``dy`` unit steps down, then ``dx`` unit steps right.
+
+        With ``gens = generators()`` (``(1, 0)`` if ``h > 1``, then ``(0, 1)`` if
+        ``w > 1``) the word is ``[iy] * dy + [ix] * dx``; see :meth:`FiniteGroup.word`
+        for the convention.
+        """
+        dy, dx = self.element(g).value
+        iy, ix = 0, (1 if self.height > 1 else 0)
+        return [iy] * dy + [ix] * dx
+
     def generators(self) -> list[GroupElement]:
+        """The unit translations ``(1, 0)`` (if ``h > 1``) and ``(0, 1)`` (if ``w > 1``);
+        the identity alone for a 1×1 torus."""
         gens = []
         if self.height > 1:
             gens.append(self.element((1, 0)))

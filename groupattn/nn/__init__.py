@@ -15,6 +15,7 @@ from ._group_patch import AbsolutePositionEmbedding, LiftedPatchEmbedding, Lifti
 from ._heads import ClassToken, ClassTokenReadout
 from ._merge import PatchMerging
 from ._mlp import MLP
+from ._module import EquivariantModule
 from ._patch import PatchEmbedding
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "AbsolutePositionEmbedding",
     "ClassToken",
     "ClassTokenReadout",
+    "EquivariantModule",
     "GroupBlock",
     "GroupGlobalPool",
     "GroupLayerNorm",

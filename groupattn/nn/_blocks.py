@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..actions import FieldType
+from ..actions import FieldType, TrivialRepresentation
 from ..contracts import Contract, Kind, contract_of
 from ..groups import Group
 from ._mlp import MLP
@@ -73,14 +73,30 @@ def chain_contract(
     return Contract(kind, first_type, out_type, None, output_group)
 
 
+def _trivial_channels(field: FieldType | None) -> bool:
+    channels = getattr(field, "channels", None)
+    return channels is None or isinstance(channels, TrivialRepresentation)
+
+
 class TransformerBlock(nn.Module):
     """Pre-norm transformer block: ``x + attention(norm(x))``, then ``x + mlp(norm(x))``.
 
-    The attention layer restores its own frame (anchored window attention un-anchors
-    before returning), so both residual additions combine tensors in the same frame.
-    Contract: the attention layer's (equivariant, or breaks with its reason); norms and
-    the MLP are token-wise. If the attention layer has ``pre_norm=True`` it normalises
-    its own input and the block's first norm is the identity.
+    Works for any token layout ``(B, N, dim)``: a token grid
+    (:class:`~groupattn.actions.TokenField`), a set, or the tokens of any G-set
+    (:class:`~groupattn.actions.GSetField`, e.g. around
+    :class:`~groupattn.attention.OrbitalAttention`). The attention layer restores its
+    own frame (anchored window attention un-anchors before returning), so both
+    residual additions combine tensors in the same frame. If the attention layer has
+    ``pre_norm=True`` it normalises its own input and the block's first norm is the
+    identity.
+
+    Contract: the attention layer's, through the residual connections — its input
+    type is the block's input and output type (for token layouts the output type
+    equals the input type). *Breaks* if the attention layer breaks (with its reason),
+    or if the tokens' channels carry a non-trivial representation (the norms and the
+    MLP mix channels); *unknown* if the attention layer changes the layout (a residual
+    would add different types) or promises nothing. Norms and the MLP act token by
+    token, so they commute with every permutation of the tokens.
 
     Shapes: ``(B, N, dim) → (B, N, dim)``.
 
@@ -102,6 +118,8 @@ class TransformerBlock(nn.Module):
         self.norm1: nn.Module = nn.Identity() if getattr(attention, "pre_norm", False) else nn.LayerNorm(dim)
         self.attention = attention
         self.norm2 = nn.LayerNorm(dim)
+        # grid/prefix only describe the MLP's stand-alone contract; the block's contract
+        # takes the token layout from the attention layer
         self.mlp = MLP(dim, int(dim * mlp_ratio), grid=grid, prefix=prefix)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -110,5 +128,27 @@ class TransformerBlock(nn.Module):
         return x + self.mlp(self.norm2(x))
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
-        """The attention layer's contract, through the residual connections."""
-        return chain_contract([("attention", self.attention), ("mlp", self.mlp)], group, input_type)
+        """The attention layer's contract, through the residual connections (see the class docstring)."""
+        attention = chain_contract([("attention", self.attention)], group, input_type)
+        if attention.kind in (Kind.BREAKS, Kind.UNKNOWN):
+            return attention
+        in_type, out_type = attention.input_type, attention.output_type
+        if attention.kind == Kind.INVARIANT or (in_type is not None and out_type != in_type):
+            return Contract.unknown(
+                f"attention: its output type {_describe(out_type)} differs from its input type "
+                f"{_describe(in_type)}, so the residual connection adds different types",
+                in_type,
+            )
+        if not _trivial_channels(out_type):
+            return Contract.breaks(
+                f"norm/mlp: LayerNorm and the MLP mix channels that carry {getattr(out_type, 'channels', None)!r}",
+                in_type,
+                out_type,
+            )
+        current = attention.output_group or group
+        mlp = self.mlp.contract(current, out_type) if out_type is not None else contract_of(self.mlp, current)
+        return Contract(attention.kind, in_type, mlp.output_type, None, attention.output_group)
+
+
+def _describe(t: Any) -> str:
+    return t.describe() if isinstance(t, FieldType) else repr(t)

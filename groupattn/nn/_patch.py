@@ -9,7 +9,7 @@ from einops import rearrange
 from torch import nn
 
 from ..actions import GridField, TokenField
-from ..canonical import polyphase_anchor
+from ..canonical import PolyphaseAnchor
 from ..canonical._polyphase import Norm, _torus_stride
 from ..contracts import Contract
 from ..groups import Group, GroupError, TorusTranslations
@@ -73,13 +73,14 @@ class PatchEmbedding(nn.Module):
         self.in_channels, self.dim, self.patch, self.image_size = in_channels, dim, patch, size
         self.grid = (size[0] // patch, size[1] // patch)
         self.anchored, self.norm = anchored, norm
+        self.anchor = PolyphaseAnchor(patch, norm, image_size=size)
         self.conv = nn.Conv2d(in_channels, dim, patch, stride=patch)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Embed the (anchored) patches as tokens ``(B, N, dim)``."""
         _check_image("PatchEmbedding", x, self.in_channels, self.image_size)
         if self.anchored:
-            x = polyphase_anchor(x, self.patch, self.norm).output
+            x = self.anchor(x).output
         return rearrange(self.conv(x), "b c y x -> b (y x) c")
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:

@@ -11,8 +11,12 @@ equivariant to T ⋊ H exactly when their positional information is a function o
 :func:`relative_geometry` enumerates these invariants once per input shape (cached) as a
 small table plus a long index tensor mapping every ``(h, query, key)`` triple to its
 table entry. The encodings below produce one value per table entry (and head); layers
-gather the bias from the table with the index, so the bias is constant on orbitals by
-construction.
+gather the bias from the table with the index
+(:meth:`GroupPositionalEncoding.bias`, the same gather as
+:class:`~groupattn.positional.OrbitalBias`), so the bias is constant on orbitals by
+construction. For point groups acting exactly on the grid the table entries are the
+orbitals of ``GSet.lifted_grid`` (group layers) on pairs, enumerated here by a fast
+closed form instead of union–find.
 """
 
 from __future__ import annotations
@@ -361,6 +365,26 @@ class GroupPositionalEncoding(nn.Module):
             start = heads if self.additive else 0
             vectors = values[:, start:].reshape(values.shape[0], heads, self.vector_channels)
         return bias, vectors
+
+    def bias(self, geometry: RelativeGeometry) -> torch.Tensor:
+        """The additive bias gathered to every ``(h, query, key)`` triple: ``(heads, *geometry.index.shape)``.
+
+        The same "index a table by orbital" code path as
+        :class:`~groupattn.positional.OrbitalBias`
+        (:func:`~groupattn.positional.gather_pair_table` of the ``(heads, T)`` table by
+        ``geometry.index``); a pure gather, so the bias is constant on the orbitals.
+
+        Raises
+        ------
+        GroupError
+            If the encoding has no additive bias.
+        """
+        from ._orbital import gather_pair_table
+
+        table, _ = self(geometry)
+        if table is None:
+            raise GroupError(f"{type(self).__name__}: expected an additive encoding for bias(), got additive=False")
+        return gather_pair_table(table, geometry.index.to(table.device))
 
     def contract(self, group: object, input_type: object = None) -> object:
         """The encoding depends on orbitals only: invariant (see the class docstring)."""

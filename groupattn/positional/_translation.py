@@ -18,6 +18,7 @@ from torch import nn
 from ..actions import GSet, TokenField
 from ..contracts import Contract
 from ..groups import Group, GroupError, TorusTranslations
+from ._orbital import PairTableBias, _OrbitalLabels
 
 __all__ = [
     "AbsolutePositionalEncoding",
@@ -74,23 +75,21 @@ def _token_contract(
     return Contract.equivariant(field, field)
 
 
-def _pad_prefix(bias: torch.Tensor, prefix: int) -> torch.Tensor:
-    """Pad a ``(heads, N, N)`` bias with zero rows/columns for ``prefix`` leading tokens."""
-    if prefix == 0:
-        return bias
-    return nn.functional.pad(bias, (prefix, 0, prefix, 0))
-
-
-class CirculantRelativeBias(nn.Module):
+class CirculantRelativeBias(_OrbitalLabels):
     """A learned attention bias that depends only on ``(j − i) mod (h, w)``.
 
     The bias table has one entry per head and per orbital of the translations
     ``TorusTranslations(h, w)`` on token pairs (``h·w`` orbitals, one per circular
-    offset), read from ``GSet.grid(TorusTranslations(h, w), h, w).orbitals()``; the
-    ``(N, N)`` gather index is a non-persistent buffer built once.
+    offset), read from ``GSet.grid(TorusTranslations(h, w), h, w).orbitals()``. It is
+    the torus case of :class:`~groupattn.positional.OrbitalBias` and shares its code
+    path (:class:`~groupattn.positional.PairTableBias`): the ``(N, N)`` orbital labels
+    are a plain tensor attribute built once (not a parameter, not a buffer), gathered
+    from the table on every call.
 
     Contract: *invariant* under ``TorusTranslations(h, w)`` — ``bias[g·i, g·j] =
     bias[i, j]`` — so attention with this bias is translation-equivariant.
+
+    Shapes: ``() → (heads, prefix + h·w, prefix + h·w)``.
 
     Parameters
     ----------
@@ -104,20 +103,16 @@ class CirculantRelativeBias(nn.Module):
         Standard deviation of the normal initialisation of the table.
     """
 
-    orbital_index: torch.Tensor
-
     def __init__(self, grid: tuple[int, int], heads: int, prefix: int = 0, init_std: float = 0.02) -> None:
-        super().__init__()
+        super().__init__(heads, prefix)
         self.grid = _check_grid("CirculantRelativeBias", grid)
-        self.heads, self.prefix = heads, prefix
         h, w = self.grid
-        orbitals = GSet.grid(TorusTranslations(h, w), h, w).orbitals()
-        self.register_buffer("orbital_index", orbitals, persistent=False)
-        self.table = nn.Parameter(torch.randn(heads, int(orbitals.max()) + 1) * init_std)
+        self._set_labels(GSet.grid(TorusTranslations(h, w), h, w).orbitals())
+        self.table = nn.Parameter(torch.randn(heads, self.num_labels) * init_std)
 
-    def forward(self) -> torch.Tensor:
-        """The bias ``(heads, prefix + h·w, prefix + h·w)``."""
-        return _pad_prefix(self.table[:, self.orbital_index], self.prefix)
+    def values(self) -> torch.Tensor:
+        """The learned table ``(heads, h·w)``."""
+        return self.table
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """Invariant (constant on orbitals) under translations of the grid."""
@@ -132,16 +127,20 @@ class CirculantRelativeBias(nn.Module):
         return f"grid={self.grid}, heads={self.heads}, prefix={self.prefix}"
 
 
-class ClippedRelativeBias(nn.Module):
+class ClippedRelativeBias(PairTableBias):
     """Swin-style relative position bias: a table over the non-circular offsets.
 
     ``bias[i, j] = table[y_j − y_i + h − 1, x_j − x_i + w − 1]`` with a
     ``(2h − 1) × (2w − 1)`` table per head. Offsets are *not* reduced modulo the grid,
-    so the bias is not constant on the translation orbitals.
+    so the bias is not constant on the translation orbitals. Same code path as the
+    orbital biases (:class:`~groupattn.positional.PairTableBias`) with clipped-offset
+    labels instead of orbitals.
 
     Contract: *breaks* under ``TorusTranslations(h, w)`` (a baseline). Inside a window
     whose windows are anchored it is harmless: shifts by whole windows do not change
     positions within a window.
+
+    Shapes: ``() → (heads, prefix + h·w, prefix + h·w)``.
 
     Parameters
     ----------
@@ -155,22 +154,24 @@ class ClippedRelativeBias(nn.Module):
         Standard deviation of the normal initialisation of the table.
     """
 
-    offset_index: torch.Tensor
-
     def __init__(self, grid: tuple[int, int], heads: int, prefix: int = 0, init_std: float = 0.02) -> None:
-        super().__init__()
+        super().__init__(heads, prefix)
         self.grid = _check_grid("ClippedRelativeBias", grid)
-        self.heads, self.prefix = heads, prefix
         h, w = self.grid
         ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
         ys, xs = ys.reshape(-1), xs.reshape(-1)
         index = (ys[None, :] - ys[:, None] + h - 1) * (2 * w - 1) + (xs[None, :] - xs[:, None] + w - 1)
-        self.register_buffer("offset_index", index, persistent=False)
+        self._set_labels(index)
         self.table = nn.Parameter(torch.randn(heads, (2 * h - 1) * (2 * w - 1)) * init_std)
 
-    def forward(self) -> torch.Tensor:
-        """The bias ``(heads, prefix + h·w, prefix + h·w)``."""
-        return _pad_prefix(self.table[:, self.offset_index], self.prefix)
+    @property
+    def offset_index(self) -> torch.Tensor:
+        """``(h·w, h·w)`` long: the clipped-offset entry of every token pair."""
+        return self.pair_index
+
+    def values(self) -> torch.Tensor:
+        """The learned table ``(heads, (2h − 1)(2w − 1))``."""
+        return self.table
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """Breaks under translations of the grid."""

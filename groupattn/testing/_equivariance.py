@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -10,30 +12,133 @@ import torch
 
 from ..actions import FieldType
 from ..contracts import Contract, Kind, contract_of
-from ..groups import Group, GroupElement, GroupError
+from ..groups import FiniteGroup, Group, GroupElement, GroupError
 
 __all__ = [
+    "ENUMERATION_LIMIT",
     "EquivarianceReport",
     "assert_equivariant",
     "default_tolerance",
     "equivariance_error",
     "relative_error",
     "representative_elements",
+    "sample_elements",
 ]
+
+
+#: Finite groups up to this order may be enumerated by the testing helpers; larger ones
+#: (S_20, the automorphisms of a large graph, p4 on a big torus) never are.
+ENUMERATION_LIMIT = 1024
+
+_ORDER_CACHE: dict[int, tuple[weakref.ref[Group], int | None, int]] = {}
+
+
+def _cheap_order(group: Group, limit: int = ENUMERATION_LIMIT) -> int | None:
+    """The order of a finite group if it is at most ``limit``; ``None`` for larger or infinite groups.
+
+    Never lists a large group and never asks it for its order (which may mean
+    Schreier–Sims, or listing): it uses an enumeration the group already holds, or else
+    closes the generators under composition (``_compose`` on raw values, so any
+    :class:`FiniteGroup` subclass works), stopping after ``limit`` elements. Results are
+    cached per group object.
+    """
+    if not group.is_finite:
+        return None
+    cached = _ORDER_CACHE.get(id(group))
+    if cached is not None and cached[0]() is group and (cached[1] is not None or cached[2] >= limit):
+        order = cached[1]
+    else:
+        values = getattr(group, "_elements_cache", None)
+        order = len(values) if values is not None else _closure_size(group, limit)
+        try:
+            ref = weakref.ref(group)
+        except TypeError:  # pragma: no cover - a group class with __slots__
+            ref = None
+        if ref is not None:
+            if cached is None:
+                weakref.finalize(group, _ORDER_CACHE.pop, id(group), None)
+            _ORDER_CACHE[id(group)] = (ref, order, limit)
+    return order if order is not None and order <= limit else None
+
+
+def _closure_size(group: Group, limit: int) -> int | None:
+    """Size of the closure of the generators, or ``None`` once it exceeds ``limit``."""
+    gens = [g.value for g in group.generators()]
+    seen = {group._identity()}
+    frontier = list(seen)
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for g in gens:
+                w = group._compose(g, v)
+                if w not in seen:
+                    seen.add(w)
+                    nxt.append(w)
+                    if len(seen) > limit:
+                        return None
+        frontier = nxt
+    return len(seen)
+
+
+def _enumerating_sampler(group: Group) -> bool:
+    """Whether ``group.sample`` would list every element first (the :class:`FiniteGroup` default)."""
+    return type(group).sample is Group.sample and type(group)._sample is FiniteGroup._sample
+
+
+def sample_elements(group: Group, n: int, seed: int = 0) -> list[GroupElement]:
+    """``n`` seeded elements of ``group``, never enumerating a large finite group.
+
+    ``group.sample(n, seed=seed)`` when the group samples without listing its elements
+    (infinite groups, groups with their own sampler such as Schreier–Sims for
+    permutation groups) or is small (order ≤ :data:`ENUMERATION_LIMIT`); otherwise
+    random products of the generators by product replacement (seeded; close to uniform
+    after the warm-up, and every element is reachable).
+    """
+    if not group.is_finite or not _enumerating_sampler(group) or _cheap_order(group) is not None:
+        return group.sample(n, seed=seed)
+    return _product_replacement(group, n, seed)
+
+
+def _product_replacement(group: Group, n: int, seed: int, warmup: int = 60) -> list[GroupElement]:
+    rng = random.Random(seed)
+    gens = [g.value for g in group.generators()] or [group._identity()]
+    state = [gens[i % len(gens)] for i in range(max(10, len(gens)))]
+    accumulator = group._identity()
+
+    def step() -> Any:
+        nonlocal accumulator
+        i, j = rng.sample(range(len(state)), 2)
+        other = state[j] if rng.random() < 0.5 else group._inverse(state[j])
+        state[i] = group._compose(state[i], other) if rng.random() < 0.5 else group._compose(other, state[i])
+        accumulator = group._compose(accumulator, state[i])
+        return accumulator
+
+    for _ in range(warmup):
+        step()
+    out = []
+    for _ in range(n):
+        for _ in range(3):
+            value = step()
+        out.append(GroupElement(group, value))
+    return out
 
 
 def representative_elements(
     group: Group, max_all: int = 16, samples: int = 4, seed: int = 0
 ) -> list[GroupElement]:
     """Elements worth testing: all of a finite group of order ≤ ``max_all`` (C4, D4, …);
-    otherwise the generators followed by a seeded sample of ``samples`` elements,
-    without repeats.
+    otherwise the generators followed by ``samples`` seeded samples
+    (:func:`sample_elements`), without repeats.
+
+    Deciding "order ≤ ``max_all``" costs at most ``max_all`` compositions of generators
+    (see :func:`_cheap_order`): a large group (S_20, the automorphisms of a 100-node
+    graph) is never enumerated, and its order is never computed.
     """
-    order = group.order()
-    if group.is_finite and order is not None and order <= max_all:
+    order = _cheap_order(group, max(max_all, 1))
+    if order is not None and order <= max_all:
         return list(group.elements())  # type: ignore[attr-defined]
     chosen: list[GroupElement] = []
-    for g in [*group.generators(), *group.sample(samples, seed=seed)]:
+    for g in [*group.generators(), *sample_elements(group, samples, seed=seed)]:
         if g not in chosen:
             chosen.append(g)
     return chosen
@@ -146,8 +251,8 @@ def equivariance_error(
     group
         The acting group.
     elements
-        Elements to test; all elements of a finite group by default, 8 seeded samples
-        of an infinite one.
+        Elements to test; by default all elements of a finite group of order ≤
+        :data:`ENUMERATION_LIMIT`, otherwise 8 seeded samples (:func:`sample_elements`).
     input_type, output_type
         Override the contract's types.
     up_to_frame
@@ -161,7 +266,10 @@ def equivariance_error(
     if up_to_frame is None:
         up_to_frame = contract is not None and contract.kind == Kind.CANONICALIZING
     if elements is None:
-        elems = group.elements() if group.is_finite else group.sample(8, seed=0)  # type: ignore[attr-defined]
+        if group.is_finite and _cheap_order(group) is not None:
+            elems = group.elements()  # type: ignore[attr-defined]
+        else:
+            elems = sample_elements(group, 8, seed=0)
     else:
         elems = [group.element(g) for g in elements]
     out_group = contract.output_group if contract is not None and contract.output_group else group

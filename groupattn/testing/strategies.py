@@ -22,6 +22,7 @@ from ..groups import (
     p4,
     p4m,
 )
+from ._equivariance import _cheap_order, sample_elements
 
 __all__ = ["finite_groups", "group_elements", "signals", "spatial_groups"]
 
@@ -51,10 +52,17 @@ def finite_groups(max_order: int = 64) -> st.SearchStrategy[Group]:
 
 
 def group_elements(group: Group) -> st.SearchStrategy[GroupElement]:
-    """Elements of ``group``: every element of a finite group is reachable."""
-    if group.is_finite:
+    """Elements of ``group``; every element of a finite group is reachable.
+
+    A finite group of order ≤ :data:`~groupattn.testing._equivariance.ENUMERATION_LIMIT`
+    is drawn from its element list (shrinking towards the identity); a larger one (S_20,
+    the automorphisms of a large graph) is drawn by seeded sampling
+    (:func:`groupattn.testing.sample_elements`), never by enumerating it; infinite
+    groups by their own seeded sampler.
+    """
+    if group.is_finite and _cheap_order(group) is not None:
         return st.sampled_from(group.elements())  # type: ignore[attr-defined]
-    return st.integers(0, 2**31 - 1).map(lambda seed: group.sample(1, seed=seed)[0])
+    return st.integers(0, 2**31 - 1).map(lambda seed: sample_elements(group, 1, seed=seed)[0])
 
 
 def signals(
@@ -68,7 +76,8 @@ def signals(
     """Seeded random tensors laid out for ``field_type``.
 
     For :class:`GridField` and :class:`LiftedField` the spatial size is drawn from
-    ``size`` (square when ``square``); token and set fields use their declared sizes.
+    ``size`` (square when ``square``); token and set fields, and any field type moving
+    tokens ``(B, N, C)`` through a G-set, use their declared number of tokens.
     """
 
     def rng(v: int | tuple[int, int]) -> st.SearchStrategy[int]:
@@ -77,8 +86,11 @@ def signals(
     @st.composite
     def build(draw: Any) -> torch.Tensor:
         b, c = draw(rng(batch)), draw(rng(channels))
-        if field_type.__dict__.get("channels") is not None:
-            c = field_type.channels.dim  # type: ignore[attr-defined]
+        declared = field_type.__dict__.get("channels")
+        if isinstance(declared, int) and not isinstance(declared, bool):
+            c = declared
+        elif declared is not None and hasattr(declared, "dim"):
+            c = int(declared.dim)
         h = draw(rng(size))
         w = h if square else draw(rng(size))
         seed = draw(st.integers(0, 2**31 - 1))
@@ -93,10 +105,24 @@ def signals(
             shape = (b, field_type.num_points, c)
         elif isinstance(field_type, InvariantField):
             shape = (b, c)
+        elif _token_count(field_type) is not None:
+            # any token layout moved through a G-set: (B, N, C)
+            shape = (b, _token_count(field_type), c)  # type: ignore[assignment]
         else:
-            raise TypeError(f"signals: expected a built-in field type, got {type(field_type).__name__}")
+            raise TypeError(
+                f"signals: expected a built-in field type, got {type(field_type).__name__} (or a token "
+                f"layout with num_points, num_tokens or gset.num_points)"
+            )
         return torch.randn(shape, generator=gen, dtype=dtype)
 
     return build()
 
 
+def _token_count(field_type: FieldType) -> int | None:
+    """The number of tokens of a token layout (``num_points``, ``num_tokens`` or ``gset.num_points``)."""
+    for owner in (field_type, getattr(field_type, "gset", None)):
+        for name in ("num_points", "num_tokens"):
+            value = getattr(owner, name, None) if owner is not None else None
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+    return None

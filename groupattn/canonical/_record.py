@@ -1,0 +1,169 @@
+"""Recording canonicalizer decisions: margins, ties and non-finite scores.
+
+Every canonicalizer in :mod:`groupattn.canonical` decides through
+:func:`~groupattn.canonical.argmax_with_margin`, which reports its scores here while a
+:func:`record_canonicalizations` block is active — including canonicalizations done
+inside other modules (a :class:`~groupattn.nn.PatchEmbedding` anchors without returning
+a :class:`~groupattn.canonical.Canonicalized`). :func:`groupattn.check.verify` uses it to
+tell a canonicalizer tie or a non-finite input from a real equivariance error.
+
+Outside such a block, and while ``torch.compile`` / ``torch.export`` trace, reporting
+is a no-op (one context-variable read).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["CanonicalizationEvent", "CanonicalizationRecorder", "record_canonicalizations", "report_scores"]
+
+#: A margin at most this many units of the scores' rounding (``eps · max|score|``) is a tie:
+#: the two best candidates are equal up to the rounding of the arithmetic that scored
+#: them, so moving the input (a different summation order) may swap them.
+TIE_ULPS = 256.0
+
+
+@dataclass
+class CanonicalizationEvent:
+    """One canonicalizer decision over a batch.
+
+    Attributes
+    ----------
+    where
+        Who decided (what the recorder's ``locate`` returned; ``None`` without one).
+    candidates
+        How many candidates were scored.
+    margin
+        ``(B,)`` best minus second-best score, float64 on the CPU.
+    tied
+        ``(B,)`` bool: the two best scores are equal up to rounding (margin 0, within
+        :data:`TIE_ULPS` ulps of the scores, or both ``+inf``): the choice is ambiguous
+        and was broken by index.
+    non_finite
+        ``(B,)`` bool: a score is NaN (e.g. the input contains NaN/inf), so the choice is
+        meaningless.
+    """
+
+    where: str | None
+    candidates: int
+    margin: torch.Tensor
+    tied: torch.Tensor
+    non_finite: torch.Tensor
+
+    @property
+    def batch(self) -> int:
+        """Number of samples decided."""
+        return int(self.margin.shape[0])
+
+    @property
+    def num_tied(self) -> int:
+        return int(self.tied.sum())
+
+    @property
+    def num_non_finite(self) -> int:
+        return int(self.non_finite.sum())
+
+    @property
+    def flagged(self) -> torch.Tensor:
+        """``(B,)`` bool: tied or non-finite."""
+        return self.tied | self.non_finite
+
+
+@dataclass
+class CanonicalizationRecorder:
+    """What :func:`record_canonicalizations` yields: the events, in call order."""
+
+    locate: Callable[[], str | None] | None = None
+    events: list[CanonicalizationEvent] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def __iter__(self) -> Iterator[CanonicalizationEvent]:
+        return iter(self.events)
+
+    def since(self, start: int) -> list[CanonicalizationEvent]:
+        """The events recorded after the first ``start``."""
+        return self.events[start:]
+
+
+_ACTIVE: ContextVar[tuple[CanonicalizationRecorder, ...]] = ContextVar("groupattn_canonical_recorders", default=())
+
+
+@contextlib.contextmanager
+def record_canonicalizations(
+    locate: Callable[[], str | None] | None = None,
+) -> Iterator[CanonicalizationRecorder]:
+    """Record every canonicalizer decision made inside the block.
+
+    Parameters
+    ----------
+    locate
+        Called at each decision; its result is stored as :attr:`CanonicalizationEvent.where`
+        (e.g. the name of the module running, kept by forward hooks).
+
+    Yields
+    ------
+    CanonicalizationRecorder
+        Its ``events`` fill up as canonicalizers run. Blocks nest; each sees every event.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from groupattn.canonical import polyphase_anchor
+    >>> with record_canonicalizations() as rec:
+    ...     _ = polyphase_anchor(torch.ones(2, 1, 4, 4), 2)
+    >>> rec.events[0].num_tied
+    2
+    """
+    recorder = CanonicalizationRecorder(locate)
+    token = _ACTIVE.set((*_ACTIVE.get(), recorder))
+    try:
+        yield recorder
+    finally:
+        _ACTIVE.reset(token)
+
+
+def report_scores(scores: torch.Tensor, margin: torch.Tensor) -> None:
+    """Report one decision to the active recorders (a no-op when none is active).
+
+    Called by :func:`~groupattn.canonical.argmax_with_margin`, the single place where
+    canonicalizer margins are produced; a canonicalizer that decides otherwise should
+    call it with its ``(B, K)`` scores and ``(B,)`` margins.
+    """
+    if torch.compiler.is_compiling():
+        return
+    recorders = _ACTIVE.get()
+    if not recorders or _tracing(scores):
+        return
+    event_scores = scores.detach().to("cpu", torch.float64)
+    b, k = event_scores.shape
+    margin64 = margin.detach().to("cpu", torch.float64).reshape(b)
+    if k < 2:
+        tied = torch.zeros(b, dtype=torch.bool)
+        non_finite = torch.zeros(b, dtype=torch.bool)
+    else:
+        top = torch.topk(scores.detach().to("cpu"), 2, dim=1).values.to(torch.float64)
+        non_finite = event_scores.isnan().any(dim=1)
+        both_infinite = top[:, 0].isinf() & (top[:, 0] == top[:, 1])
+        eps = torch.finfo(scores.dtype).eps if scores.is_floating_point() else 0.0
+        scale = top.abs().nan_to_num(0.0, 0.0, 0.0).amax(dim=1)
+        close = margin64.abs() <= TIE_ULPS * eps * scale
+        tied = ~non_finite & (both_infinite | close | (margin64 == 0))
+    for recorder in recorders:
+        where = recorder.locate() if recorder.locate is not None else None
+        recorder.events.append(CanonicalizationEvent(where, k, margin64, tied, non_finite))
+
+
+def _tracing(scores: torch.Tensor) -> bool:
+    """Whether ``scores`` are symbolic (export, ``make_fx``, fake or meta tensors): nothing to read."""
+    if torch.compiler.is_exporting() or torch.jit.is_tracing() or scores.device.type == "meta":
+        return True
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(scores, FakeTensor) or type(scores).__name__ in ("FunctionalTensor", "FakeTensor")

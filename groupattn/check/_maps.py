@@ -1,0 +1,126 @@
+"""Small exact tools on gather maps: value classes, row look-up, coordinates, dependence."""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["coordinates", "dense_ids", "depends_only_on", "flat_index", "lookup_rows", "value_classes"]
+
+
+def dense_ids(columns: torch.Tensor) -> torch.Tensor:
+    """Long ids ``(n,)`` for the rows of ``columns`` ``(n, k)``: equal exactly when the rows are equal.
+
+    Combines one column at a time through one-dimensional ``unique`` (fast), never
+    hashing, so equal ids always mean equal rows.
+    """
+    n = columns.shape[0]
+    if columns.shape[1] == 0:
+        return torch.zeros(n, dtype=torch.long)
+    ids = torch.unique(columns[:, 0], return_inverse=True)[1]
+    for c in range(1, columns.shape[1]):
+        col = torch.unique(columns[:, c], return_inverse=True)[1]
+        width = int(col.max()) + 1 if n else 1
+        ids = torch.unique(ids * width + col, return_inverse=True)[1]
+    return ids
+
+
+#: Entries of a constant whose values agree to this relative tolerance under both random
+#: parameter draws count as equal: the same function of the parameters summed in another
+#: order (e.g. a kernel averaged over its rotations) differs only by rounding.
+VALUE_TOLERANCE = 1e-9
+
+
+def _tolerant_ids(values: torch.Tensor) -> torch.Tensor:
+    """Ids equal for values within :data:`VALUE_TOLERANCE` (relative) of their sorted neighbour."""
+    order = torch.argsort(values)
+    v = values[order]
+    if v.numel() == 0:
+        return torch.zeros(0, dtype=torch.long)
+    gap = v[1:] - v[:-1]
+    scale = torch.maximum(v[1:].abs(), v[:-1].abs()).clamp(min=1e-300)
+    finite = torch.isfinite(v[1:]) & torch.isfinite(v[:-1])
+    new_group = ~((finite & (gap <= VALUE_TOLERANCE * scale)) | (v[1:] == v[:-1]))
+    ids_sorted = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(new_group.long(), 0)])
+    ids = torch.empty_like(ids_sorted)
+    ids[order] = ids_sorted
+    return ids
+
+
+def value_classes(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    """Long ids, one per entry, equal when both draws agree on the two entries.
+
+    Floating-point values agree when they are within :data:`VALUE_TOLERANCE` of each
+    other (relative); NaN entries compare equal to each other, and so do infinities
+    of one sign.
+    """
+    a = first.detach().reshape(-1)
+    b = second.detach().reshape(-1)
+    if a.is_complex() or b.is_complex():  # pragma: no cover - complex constants are rare
+        cols = [a.real, a.imag, b.real, b.imag]
+    else:
+        cols = [a, b]
+    ids = []
+    for c in cols:
+        c = c.to(torch.float64)
+        c = torch.where(torch.isnan(c), torch.full_like(c, 1.2345678e300), c) + 0.0
+        ids.append(_tolerant_ids(c) if c.is_floating_point() else torch.unique(c, return_inverse=True)[1])
+    return dense_ids(torch.stack(ids, dim=1))
+
+
+def lookup_rows(keys: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
+    """For each row of ``targets`` the index of a row of ``keys`` equal to it.
+
+    Parameters
+    ----------
+    keys, targets
+        Long tensors ``(n, k)`` and ``(m, k)``.
+
+    Returns
+    -------
+    torch.Tensor or None
+        Long ``(m,)``; ``None`` when some target row is not among the keys.
+    """
+    n = keys.shape[0]
+    if keys.shape[1] != 1:
+        ids = dense_ids(torch.cat([keys, targets], dim=0))
+        keys, targets = ids[:n, None], ids[n:, None]
+    k = keys[:, 0]
+    t = targets[:, 0]
+    if n == 0:
+        return None if t.numel() else torch.zeros(0, dtype=torch.long)
+    order = torch.argsort(k, stable=True)
+    sorted_keys = k[order]
+    pos = torch.searchsorted(sorted_keys, t).clamp(max=n - 1)
+    if not bool((sorted_keys[pos] == t).all()):
+        return None
+    return order[pos]
+
+
+def coordinates(flat: torch.Tensor, shape: tuple[int, ...]) -> list[torch.Tensor]:
+    """Per-dimension coordinates of flat (row-major) indices into ``shape``."""
+    coords: list[torch.Tensor] = []
+    rest = flat
+    for size in reversed(shape):
+        coords.append(rest % size if size > 0 else rest)
+        rest = torch.div(rest, size, rounding_mode="floor") if size > 0 else rest
+    coords.reverse()
+    return coords
+
+
+def flat_index(coords: list[torch.Tensor], shape: tuple[int, ...]) -> torch.Tensor:
+    """Row-major flat index of per-dimension coordinates."""
+    out = torch.zeros_like(coords[0]) if coords else torch.zeros((), dtype=torch.long)
+    for c, size in zip(coords, shape):
+        out = out * size + c
+    return out
+
+
+def depends_only_on(values: torch.Tensor, shape: tuple[int, ...], allowed: set[int]) -> bool:
+    """Whether ``values`` (one per entry of a tensor of ``shape``) is constant along every dim not in ``allowed``."""
+    v = values.reshape(shape)
+    for d in range(len(shape)):
+        if d in allowed or shape[d] <= 1:
+            continue
+        if not bool((v == v.narrow(d, 0, 1)).all()):
+            return False
+    return True

@@ -1,0 +1,451 @@
+"""Propagation: read the exported graph node by node and derive every value's claim.
+
+See :mod:`._values` for what a claim is. Nodes whose value cannot be derived are
+*broken* (no map exists) or *unverified* (the checker cannot tell); values computed
+from them inherit that status. Parameters are drawn at random twice (see
+:class:`._values.Constant`), so a certificate holds for every value of the
+parameters, not only the current ones.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+import torch
+from torch import nn
+
+from ..actions import FieldType
+from ..groups import Group, GroupError
+from ._aten import Args, OpCall, Poison, rule_for
+from ._export import Exported, LeafCall
+from ._leaf_rules import leaf_rule
+from ._values import Breaks, Constant, Frame, FrameValue, Moving, SampleGenerator, Unverifiable
+
+#: Operators tagged random whose rule reads the argument that switches the randomness on.
+RANDOM_OPS_WITH_RULES = frozenset(
+    {"aten::dropout", "aten::native_dropout", "aten::feature_dropout", "aten::alpha_dropout", "aten::scaled_dot_product_attention"}
+)
+
+__all__ = ["Failed", "NodeRecord", "Propagation", "input_maps", "propagate_graph"]
+
+
+@dataclass(eq=False)
+class Failed:
+    """A value that could not be derived: ``status`` is ``"broken"`` or ``"unverified"``."""
+
+    status: str
+    reason: str
+    origin: str
+
+    def describe(self) -> str:
+        return self.status
+
+
+@dataclass
+class NodeRecord:
+    """What the checker concluded at one node of the graph.
+
+    Attributes
+    ----------
+    name
+        Node name in the exported graph.
+    op, target
+        The graph op and a readable callee (ATen operator, or the leaf module's path).
+    status
+        A :class:`~groupattn.check.Verdict` value: ``equivariant``, ``invariant``,
+        ``broken`` or ``unverified``; or ``input``, ``constant``, ``canonicalizing`` /
+        ``frame`` (a canonicalizer's output and its frame) and ``static`` (Python values).
+    description
+        The value's shape and how it moves.
+    reason
+        Why it breaks or is unverified.
+    inherited
+        True when the status comes from an input (``reason`` names the origin).
+    module
+        The path of the innermost module that runs the operation ("" in the model's own
+        ``forward``).
+    group
+        The group whose generators the claim is made for.
+    """
+
+    name: str
+    op: str
+    target: str
+    status: str
+    description: str = ""
+    reason: str | None = None
+    group: str | None = None
+    inherited: bool = False
+    module: str = ""
+
+
+@dataclass
+class Propagation:
+    """The outcome of propagating through one exported graph."""
+
+    graph: nx.DiGraph
+    records: dict[str, NodeRecord]
+    order: list[str]
+    outputs: list[tuple[str, Any, Any]]
+    input_node: str
+    notes: list[str] = field(default_factory=list)
+    side_effects: list[tuple[str, str]] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------- input and constants
+
+
+def input_maps(input_type: FieldType, group: Group, generators: list[Any], shape: tuple[int, ...]) -> list[torch.Tensor] | None:
+    """Gather maps of the input field type's action, one per generator (``None``: invariant).
+
+    Raises
+    ------
+    Unverifiable
+        When the action is not a permutation of entries (e.g. channels carrying a
+        rotation matrix representation).
+    """
+    n = math.prod(shape)
+    probe = torch.arange(n, dtype=torch.float64).reshape(shape)
+    maps = []
+    for g in generators:
+        try:
+            moved = input_type.act(group, g, probe)
+        except GroupError:
+            raise
+        except Exception as err:
+            raise Unverifiable(f"the input type {input_type.describe()} cannot act on shape {shape} ({err})") from err
+        flat = moved.reshape(-1)
+        if moved.shape != probe.shape or not bool((flat == flat.round()).all()):
+            raise Unverifiable(
+                f"the input type {input_type.describe()} does not act by permuting entries; the checker handles "
+                "permutation actions (trivial, regular and permutation representations)"
+            )
+        m = flat.long()
+        if not bool((torch.sort(m).values == torch.arange(n)).all()):
+            raise Unverifiable(f"the input type {input_type.describe()} does not act by a permutation")
+        maps.append(m)
+    if all(bool(torch.equal(m, torch.arange(n))) for m in maps):
+        return None
+    return maps
+
+
+def _draw(t: torch.Tensor, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    magnitude = torch.rand(t.shape, generator=gen, dtype=torch.float64) + 0.5
+    sign = torch.randint(0, 2, t.shape, generator=gen).to(torch.float64) * 2 - 1
+    return magnitude * sign  # float64: sums taken in another order then differ only by float64 rounding
+
+
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """Floating-point constants are carried in float64."""
+    t = t.detach()
+    return t.to(torch.float64) if t.is_floating_point() else t
+
+
+def _placeholder_values(exported: Exported, model: nn.Module) -> dict[str, Any]:
+    """Constants for parameters (two random draws), buffers and lifted constants (their value)."""
+    program = exported.program
+    params = dict(model.named_parameters(remove_duplicate=False))
+    values: dict[str, Any] = {}
+    for i, spec in enumerate(program.graph_signature.input_specs):
+        kind = spec.kind.name
+        name = spec.arg.name
+        target = spec.target
+        if kind == "PARAMETER":
+            p = params.get(target)
+            if p is None:
+                p = program.state_dict[target]
+            t = p.detach()
+            if t.is_floating_point() and getattr(p, "requires_grad", True):
+                values[name] = Constant(_draw(t, 1000 + 2 * i), _draw(t, 1001 + 2 * i))
+            else:
+                values[name] = Constant(_wide(t), _wide(t))
+        elif kind == "BUFFER":
+            t = _wide(program.state_dict[target] if target in program.state_dict else program.constants[target])
+            values[name] = Constant(t, t)
+        elif kind == "CONSTANT_TENSOR":
+            t = _wide(program.constants[target])
+            values[name] = Constant(t, t)
+        elif kind == "USER_INPUT":
+            continue
+        else:
+            values[name] = Failed("unverified", f"an input of kind {kind} is not supported", name)
+    return values
+
+
+# ----------------------------------------------------------------------------- propagation
+
+
+def _status_of(value: Any) -> str:
+    if isinstance(value, Failed):
+        return value.status
+    if isinstance(value, Moving):
+        return "invariant" if value.invariant else "equivariant"
+    if isinstance(value, Constant):
+        return "constant" if isinstance(value.first, torch.Tensor) else "static"
+    if isinstance(value, FrameValue):
+        return "frame"
+    if isinstance(value, Poison):
+        return "unverified"
+    if isinstance(value, list | tuple):
+        parts = [_status_of(v) for v in value]
+        for s in ("broken", "unverified", "equivariant", "invariant", "constant", "frame"):
+            if s in parts:
+                return s
+        return "static"
+    return "static"
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return "(" + ", ".join(_describe(v) for v in value) + ")"
+    d = getattr(value, "describe", None)
+    return d() if callable(d) else ("" if value is None else repr(value)[:30])
+
+
+def _failures(values: Any) -> list[Failed]:
+    found: list[Failed] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, Failed):
+            found.append(v)
+        elif isinstance(v, list | tuple):
+            for x in v:
+                walk(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+
+    walk(values)
+    return found
+
+
+def _to_plain(value: Any, draw: int) -> Any:
+    if isinstance(value, Constant):
+        return value.first if draw == 0 else value.second
+    if isinstance(value, list):
+        return [_to_plain(v, draw) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_to_plain(v, draw) for v in value)
+    return value
+
+
+def _has_input_value(value: Any) -> bool:
+    if isinstance(value, Moving | FrameValue | Poison):
+        return True
+    if isinstance(value, list | tuple):
+        return any(_has_input_value(v) for v in value)
+    return False
+
+
+def _poisoned(value: Any) -> Poison | None:
+    if isinstance(value, Poison):
+        return value
+    if isinstance(value, list | tuple):
+        for v in value:
+            p = _poisoned(v)
+            if p is not None:
+                return p
+    return None
+
+
+def _target_name(node: Any, leaf: LeafCall | None) -> str:
+    if leaf is not None:
+        return f"{leaf.path} ({type(leaf.module).__name__})"
+    t = node.target
+    if hasattr(t, "name") and callable(t.name):
+        return t.name()
+    if t is operator.getitem:
+        return "getitem"
+    return getattr(t, "__name__", str(t))
+
+
+def propagate_graph(
+    exported: Exported,
+    model: nn.Module,
+    input_value: Moving,
+    frame_counter: list[int],
+) -> Propagation:
+    """Derive the claim of every node; returns records, the graph and the output values."""
+    program = exported.program
+    gm = program.graph_module
+    values: dict[str, Any] = _placeholder_values(exported, model)
+    records: dict[str, NodeRecord] = {}
+    graph = nx.DiGraph()
+    order: list[str] = []
+    input_node = ""
+    user_inputs = [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    for node in gm.graph.nodes:
+        name = node.name
+        order.append(name)
+        graph.add_node(name)
+        for src in node.all_input_nodes:
+            graph.add_edge(src.name, name)
+        if node.op == "placeholder":
+            if name in user_inputs:
+                if input_node:
+                    values[name] = Failed("unverified", "the model takes more than one input", name)
+                else:
+                    values[name] = input_value
+                    input_node = name
+                records[name] = NodeRecord(name, "placeholder", "input", "input", input_value.describe())
+            else:
+                v = values.get(name, Failed("unverified", "unknown graph input", name))
+                values[name] = v
+                kind = "constant" if isinstance(v, Constant) else _status_of(v)
+                records[name] = NodeRecord(name, "placeholder", name, kind, _describe(v))
+            _annotate(graph, records[name])
+            continue
+        if node.op == "output":
+            continue
+        if node.op == "get_attr":
+            attr = getattr(gm, str(node.target))
+            if isinstance(attr, torch.Tensor):
+                values[name] = Constant(_wide(attr), _wide(attr))
+            else:
+                values[name] = Failed("unverified", f"a graph attribute of type {type(attr).__name__} (a higher-order operator's body)", name)
+            records[name] = NodeRecord(name, "get_attr", str(node.target), _status_of(values[name]), _describe(values[name]))
+            _annotate(graph, records[name])
+            continue
+        args = torch.fx.node.map_arg(node.args, lambda n: values[n.name])
+        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: values[n.name])
+        leaf = None
+        if getattr(node.target, "name", None) and callable(node.target.name) and node.target.name() == "groupattn_check::leaf":
+            leaf = exported.leaf_calls.get(int(args[0]))
+        target = _target_name(node, leaf)
+        failures = _failures((args, kwargs))
+        if failures:
+            worst = next((f for f in failures if f.status == "broken"), failures[0])
+            values[name] = Failed(worst.status, worst.reason, worst.origin)
+            records[name] = NodeRecord(name, node.op, target, worst.status, "", f"from {worst.origin}", None, True)
+            _annotate(graph, records[name])
+            continue
+        try:
+            value = _evaluate(node, name, args, kwargs, leaf, frame_counter, records)
+            reason = None
+            status = None
+        except Breaks as err:
+            value, status, reason = Failed("broken", str(err), name), "broken", str(err)
+        except Unverifiable as err:
+            value, status, reason = Failed("unverified", str(err), name), "unverified", str(err)
+        except GroupError as err:
+            value, status, reason = Failed("unverified", f"{target}: {err}", name), "unverified", f"{target}: {err}"
+        except Exception as err:  # a defect of a rule must never certify
+            msg = f"{target}: the checker failed on it ({type(err).__name__}: {err})"
+            value, status, reason = Failed("unverified", msg, name), "unverified", msg
+        values[name] = value
+        if status is None:
+            status = _status_of(value)
+            if isinstance(value, list | tuple) and any(isinstance(v, FrameValue) for v in value):
+                status = "canonicalizing"
+        group = None
+        first_moving = value if isinstance(value, Moving) else next((v for v in value if isinstance(v, Moving)), None) if isinstance(value, list | tuple) else None
+        if isinstance(first_moving, Moving):
+            group = first_moving.frame.group.name
+        records[name] = NodeRecord(name, node.op, target, status, _describe(value), reason, group, False, leaf.path if leaf is not None else _module_path(node))
+        _annotate(graph, records[name])
+    output_node = next(n for n in gm.graph.nodes if n.op == "output")
+    flat_outputs = list(output_node.args[0])
+    outputs: list[tuple[str, Any, Any]] = []
+    side_effects: list[tuple[str, str]] = []
+    user_index = 0
+    for spec, out in zip(program.graph_signature.output_specs, flat_outputs):
+        kind = spec.kind.name
+        value = values[out.name] if hasattr(out, "name") else Constant(out, out)
+        if kind == "USER_OUTPUT":
+            path = exported.output_paths[user_index] if user_index < len(exported.output_paths) else f"[{user_index}]"
+            user_index += 1
+            outputs.append((path or "output", value, out.name if hasattr(out, "name") else None))
+        elif kind == "USER_INPUT_MUTATION":
+            outputs.append(("the input, modified in place", value, out.name if hasattr(out, "name") else None))
+        else:
+            side_effects.append((str(spec.target), kind.lower().replace("_", " ")))
+    return Propagation(graph, records, order, outputs, input_node, [], side_effects)
+
+
+def _module_path(node: Any) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path = list(stack.values())[-1][0]
+    return str(path).replace("L['self'].", "").replace("L__self__.", "")
+
+
+def _annotate(graph: nx.DiGraph, r: NodeRecord) -> None:
+    graph.nodes[r.name].update(status=str(r.status), op=r.op, target=r.target, description=r.description, reason=r.reason or "")
+
+
+def _evaluate(node: Any, name: str, args: Any, kwargs: Any, leaf: LeafCall | None, frame_counter: list[int], records: dict[str, NodeRecord]) -> Any:
+    if node.op != "call_function":
+        raise Unverifiable(f"{name}: graph op {node.op} is not supported")
+    target = node.target
+    if target is operator.getitem:
+        base, key = args
+        if isinstance(base, list | tuple):
+            return base[key]
+        raise Unverifiable(f"{name}: indexing a value that is not a tuple")
+    if leaf is not None:
+        return leaf_rule(name, leaf, list(args[1]), node.meta.get("val"), frame_counter)
+    if not hasattr(target, "_schema"):
+        raise Unverifiable(f"{name}: {getattr(target, '__name__', target)} is not an ATen operator (a higher-order operator or Python function)")
+    tags = getattr(target, "tags", ())
+    if torch.Tag.nondeterministic_seeded in tags and target._schema.name not in RANDOM_OPS_WITH_RULES:
+        raise Unverifiable(f"{name} ({target.name()}): draws random numbers")
+    poison = _poisoned((args, kwargs))
+    if poison is not None:
+        raise Unverifiable(f"{name} ({target.name()}): uses {poison.reason}, which the checker does not track")
+    if not _has_input_value((args, kwargs)):
+        with torch.no_grad():
+            first = target(*_to_plain(args, 0), **{k: _to_plain(v, 0) for k, v in kwargs.items()})
+            second = target(*_to_plain(args, 1), **{k: _to_plain(v, 1) for k, v in kwargs.items()})
+        if isinstance(first, list | tuple):
+            return type(first)(Constant(a, b) for a, b in zip(first, second))
+        return Constant(first, second)
+    for v in _flat((args, kwargs)):
+        if isinstance(v, FrameValue):
+            raise Unverifiable(f"{name} ({target.name()}): uses a canonicalizer's frame as data")
+    rule = rule_for(target)
+    if rule is None:
+        raise Unverifiable(f"{name}: no rule for {target.name()}")
+    bound = Args(target, tuple(args), dict(kwargs))
+    call = OpCall(name, target, bound, tuple(args), dict(kwargs), node.meta.get("val"))
+    value = rule(call)
+    unread = bound.unread()
+    if unread:
+        raise Unverifiable(f"{call.label}: the checker does not read its argument(s) {', '.join(unread)}")
+    _check_shapes(call, value, node.meta.get("val"))
+    return value
+
+
+def _flat(v: Any) -> list[Any]:
+    if isinstance(v, list | tuple):
+        return [x for item in v for x in _flat(item)]
+    if isinstance(v, dict):
+        return [x for item in v.values() for x in _flat(item)]
+    return [v]
+
+
+def _check_shapes(call: OpCall, value: Any, meta: Any) -> None:
+    """A safety net: every derived value must have the shape the exporter recorded."""
+    if isinstance(value, Moving):
+        if meta is None or not hasattr(meta, "shape") or tuple(int(s) for s in meta.shape) != value.shape:
+            raise Unverifiable(f"{call.label}: derived shape {value.shape} does not match the traced one")
+        if value.moves is not None and any(m.numel() != value.numel for m in value.moves):
+            raise Unverifiable(f"{call.label}: derived maps do not fit the shape {value.shape}")
+    elif isinstance(value, list | tuple) and isinstance(meta, list | tuple):
+        if len(value) != len(meta):
+            raise Unverifiable(f"{call.label}: derived {len(value)} outputs, traced {len(meta)}")
+        for v, m in zip(value, meta):
+            if isinstance(v, Moving | Constant | Poison | Failed) or v is None:
+                _check_shapes(call, v, m)
+
+
+def new_frame(frame_counter: list[int], group: Group, node: str, parent: Frame, batch: int) -> Frame:
+    """A fresh canonicalizer frame ``F1``, ``F2``, … for ``group``, one generator per sample."""
+    frame_counter[0] += 1
+    gens = [SampleGenerator(g, b) for b in range(max(int(batch), 1)) for g in group.generators()]
+    return Frame(f"F{frame_counter[0]}", group, gens, node, parent)

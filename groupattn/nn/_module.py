@@ -1,0 +1,130 @@
+"""A small base class for modules that declare their input and output field types."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..actions import FieldType, GSetField
+from ..contracts import Contract
+from ..groups import Group, GroupError
+
+__all__ = ["EquivariantModule"]
+
+
+class EquivariantModule(nn.Module):
+    """Base class of modules that declare the field types they map between (as in escnn).
+
+    A subclass passes ``in_type`` and ``out_type`` to ``__init__`` and implements
+    ``forward`` as usual. Calling the module checks its (first) input against
+    ``in_type`` first — a wrong rank, token count or channel count raises
+    :class:`~groupattn.groups.GroupError` naming the module, what it expected and what
+    it got — and the default :meth:`contract` follows from the declared types.
+
+    The check runs in a forward pre-hook, so it is part of every call (``module(x)``)
+    and is skipped by ``torch.fx`` symbolic tracing (which does not run hooks of leaf
+    modules) while ``torch.compile`` traces it like any shape check.
+
+    Contract (default): under the group the types are declared for (:attr:`group`:
+    the ``group`` argument, else the G-set's group of a
+    :class:`~groupattn.actions.GSetField` input type), *equivariant* from ``in_type``
+    to ``out_type`` (*invariant* if ``out_type`` is invariant), or *breaks* with the
+    reason returned by :meth:`breaks_reason`; *unknown* for another group or another
+    input type. Subclasses override :meth:`breaks_reason` or :meth:`contract`.
+
+    Shapes: those of ``in_type`` → ``out_type``.
+
+    Parameters
+    ----------
+    in_type
+        The field type of the input.
+    out_type
+        The field type of the output.
+    group
+        The group the types are declared for; ``None`` takes the G-set's group of a
+        ``GSetField`` input type (other input types then promise nothing by default).
+
+    Examples
+    --------
+    >>> from groupattn.actions import GSet, GSetField
+    >>> from groupattn.groups import SymmetricGroup
+    >>> class Double(EquivariantModule):
+    ...     def forward(self, x):
+    ...         return 2 * x
+    >>> field = GSetField(GSet.natural(SymmetricGroup(4)))
+    >>> Double(field, field).contract(SymmetricGroup(4)).kind.value
+    'equivariant'
+    """
+
+    def __init__(self, in_type: FieldType, out_type: FieldType, group: Group | None = None) -> None:
+        super().__init__()
+        for name, value in (("in_type", in_type), ("out_type", out_type)):
+            if not isinstance(value, FieldType):
+                raise GroupError(f"{type(self).__name__}: expected a FieldType as {name}, got {value!r}")
+        self.in_type: FieldType = in_type
+        self.out_type: FieldType = out_type
+        self._declared_group = group
+        self.register_forward_pre_hook(_check_input_hook, with_kwargs=True)
+
+    @property
+    def group(self) -> Group | None:
+        """The group the field types are declared for (``None``: not stated)."""
+        if self._declared_group is not None:
+            return self._declared_group
+        if isinstance(self.in_type, GSetField) and self.in_type.gset is not None:
+            return self.in_type.gset.group
+        return None
+
+    def check_input(self, x: Any) -> None:
+        """Raise :class:`~groupattn.groups.GroupError` unless ``x`` fits :attr:`in_type`.
+
+        The message names the module, the expected layout and the actual shape.
+        """
+        if not isinstance(x, torch.Tensor):
+            raise GroupError(
+                f"{type(self).__name__}: expected a tensor of type {self.in_type.describe()}, "
+                f"got {type(x).__name__}"
+            )
+        self.in_type.check(x, type(self).__name__)
+
+    def breaks_reason(self, group: Group) -> str | None:
+        """Why the module is not equivariant under ``group`` (``None``: it is). Override."""
+        return None
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """Follows from :attr:`in_type`, :attr:`out_type` and :meth:`breaks_reason`."""
+        name = type(self).__name__
+        if input_type is not None and input_type != self.in_type:
+            return Contract.unknown(
+                f"{name}: expected input type {self.in_type.describe()}, got {_describe(input_type)}",
+                input_type,
+            )
+        declared = self.group
+        if declared is None or group != declared:
+            what = declared.name if declared is not None else "no group"
+            return Contract.unknown(f"{name}: declares its types for {what}, got {group.name}", self.in_type)
+        reason = self.breaks_reason(group)
+        if reason is not None:
+            return Contract.breaks(f"{name}: {reason}", self.in_type, self.out_type)
+        if self.out_type.is_invariant:
+            return Contract.invariant(self.in_type, self.out_type)
+        return Contract.equivariant(self.in_type, self.out_type)
+
+    def extra_repr(self) -> str:
+        return f"in_type={self.in_type.describe()}, out_type={self.out_type.describe()}"
+
+
+def _describe(t: Any) -> str:
+    return t.describe() if isinstance(t, FieldType) else repr(t)
+
+
+def _check_input_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    assert isinstance(module, EquivariantModule)
+    inputs = [*args, *kwargs.values()]
+    if not inputs:
+        raise GroupError(
+            f"{type(module).__name__}: expected an input of type {module.in_type.describe()}, got no arguments"
+        )
+    module.check_input(inputs[0])

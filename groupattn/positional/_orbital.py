@@ -1,0 +1,531 @@
+"""Pairwise attention biases indexed by a label per token pair: orbitals and baselines.
+
+Every pairwise bias here is one code path: a table of values of shape ``(heads, K)``
+and a long ``(N, N)`` label per token pair; the bias is ``table[:, label]`` of shape
+``(heads, N, N)``. The labels decide the symmetry:
+
+* :class:`OrbitalBias` — labels are the *orbitals* of a group ``G`` acting on the
+  tokens (a :class:`~groupattn.actions.GSet`): the bias is ``G``-invariant by
+  construction, so attention with it is ``G``-equivariant.
+* :class:`ContinuousOrbitalBias` — the table is an MLP of a pair invariant (e.g.
+  graph shortest-path distance), evaluated once per orbital.
+* :class:`PairwiseBias` — one label per pair (a free bias): the non-invariant
+  baseline; its contract *breaks* for every group that moves a token.
+* :class:`~groupattn.positional.CirculantRelativeBias` — the orbitals of the torus
+  translations; :class:`~groupattn.positional.ClippedRelativeBias` — Swin's clipped
+  offsets (not constant on orbitals).
+
+The contract of a label-indexed bias can be decided exactly: with a generic table it is
+invariant under ``G`` if and only if every generator ``p`` of the token permutation
+preserves the labels, ``label[p(i), p(j)] = label[i, j]``. :func:`labels_contract` checks
+this on the generators.
+
+The label index is a plain tensor attribute (not a parameter, not a registered buffer):
+it moves with the module (``.to(device)``) and never enters the ``state_dict``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..actions import FieldType, GSet, GSetField, TokenField
+from ..contracts import Contract
+from ..groups import Group, GroupElement, GroupError
+
+__all__ = [
+    "ContinuousOrbitalBias",
+    "OrbitalBias",
+    "PairTableBias",
+    "PairwiseBias",
+    "gather_pair_table",
+    "labels_contract",
+    "token_permutation",
+]
+
+
+def gather_pair_table(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Gather a per-label table into a per-pair bias: ``out[h, i, j] = values[h, index[i, j]]``.
+
+    A pure gather (exact in every dtype).
+
+    Parameters
+    ----------
+    values
+        ``(heads, K)``.
+    index
+        Long tensor of labels in ``[0, K)``, any shape ``S`` (e.g. ``(N, N)``), on
+        ``values``' device.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(heads, *S)``.
+    """
+    return values.index_select(1, index.reshape(-1)).view(values.shape[0], *index.shape)
+
+
+def token_permutation(field_type: FieldType, group: Group, g: Any, num_tokens: int) -> torch.Tensor:
+    """Where each token of ``field_type`` goes under ``g``: ``perm[i]`` is token ``i``'s new position.
+
+    Read off by acting on a float64 probe ``(1, N, 1)`` holding the token indices, so
+    it agrees with ``field_type.act`` by construction. Works for every token layout
+    whose action moves whole tokens (:class:`~groupattn.actions.TokenField`,
+    :class:`~groupattn.actions.GSetField`, :class:`~groupattn.actions.SetField`); the
+    channels are ignored.
+
+    Parameters
+    ----------
+    field_type
+        A token layout ``(B, N, C)``.
+    group, g
+        The acting group and one of its elements.
+    num_tokens
+        ``N``.
+
+    Returns
+    -------
+    torch.Tensor
+        Long tensor ``(N,)``.
+
+    Raises
+    ------
+    GroupError
+        If the field type does not accept the group or element, or does not move whole
+        tokens.
+    """
+    stripped = _without_channels(field_type)
+    probe = torch.arange(num_tokens, dtype=torch.float64).reshape(1, num_tokens, 1)
+    moved = stripped.act(group, g, probe).reshape(-1)  # moved[j] = the token now at j
+    src = moved.round().long()
+    if moved.shape != (num_tokens,) or not torch.equal(src.double(), moved) or not torch.equal(
+        torch.sort(src).values, torch.arange(num_tokens)
+    ):
+        raise GroupError(
+            f"token_permutation: expected {field_type.describe()} to move whole tokens under {group.name}, "
+            f"got a result that is not a permutation of them"
+        )
+    perm = torch.empty_like(src)
+    perm[src] = torch.arange(num_tokens)
+    return perm
+
+
+def _without_channels(field_type: FieldType) -> FieldType:
+    if isinstance(field_type, TokenField) and field_type.channels is not None:
+        return TokenField(field_type.grid, field_type.point_group, field_type.prefix)
+    if isinstance(field_type, GSetField) and field_type.channels is not None:
+        from ..actions import SetField
+
+        if isinstance(field_type, SetField):
+            return SetField(field_type.num_points)
+        return GSetField(field_type.gset)
+    return field_type
+
+
+def _num_tokens(field_type: FieldType) -> int | None:
+    if isinstance(field_type, TokenField):
+        return field_type.num_tokens
+    if isinstance(field_type, GSetField):
+        return field_type.num_points
+    return None
+
+
+def labels_contract(
+    labels: torch.Tensor, group: Group, field_type: FieldType, module: str, reason: str
+) -> Contract:
+    """The exact contract of a bias ``table[:, labels]`` with a generic learned table.
+
+    *Invariant* if every generator of ``group`` (acting on the tokens through
+    ``field_type``) preserves the labels, ``labels[p(i), p(j)] = labels[i, j]``; then
+    so does every element, and the bias is constant on the orbitals. *Breaks* (with
+    ``reason`` and a witness pair) otherwise; *unknown* if ``field_type`` does not
+    describe how ``group`` moves the tokens.
+
+    Parameters
+    ----------
+    labels
+        ``(N, N)`` long labels (use ``-1`` for pairs whose bias is a constant, e.g.
+        prefix tokens).
+    group
+        The acting group.
+    field_type
+        The token layout, ``N`` tokens.
+    module
+        Name used in the reasons.
+    reason
+        Why it breaks, in plain words.
+    """
+    n = labels.shape[0]
+    if _num_tokens(field_type) != n:
+        return Contract.unknown(
+            f"{module}: expected a token layout of {n} tokens, got {field_type.describe()}", field_type
+        )
+    try:
+        generators = group.generators()
+        perms = [token_permutation(field_type, group, g, n) for g in generators]
+    except GroupError as error:
+        return Contract.unknown(f"{module}: promises nothing for {group.name} ({error})", field_type)
+    labels = labels.cpu()
+    for g, p in zip(generators, perms):
+        moved = labels[p[:, None], p[None, :]]  # moved[i, j] = labels[p(i), p(j)]
+        if not torch.equal(moved, labels):
+            i, j = (int(v) for v in torch.nonzero(moved != labels)[0])
+            return Contract.breaks(
+                f"{reason} (under {group.name}: the pairs ({i}, {j}) and ({int(p[i])}, {int(p[j])}), "
+                f"related by the generator {_short(g)}, get different table entries)",
+                field_type,
+            )
+    return Contract.invariant(field_type)
+
+
+def _short(g: GroupElement) -> str:
+    text = repr(g)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class PairTableBias(nn.Module):
+    """Base class: a bias ``(heads, prefix + N, prefix + N)`` read from a table by a label per pair.
+
+    Subclasses set the labels with :meth:`_set_labels` and implement :meth:`values`
+    (the ``(heads, K)`` table); :meth:`forward` gathers (:func:`gather_pair_table`) and
+    pads ``prefix`` leading tokens with bias 0. The labels are a plain tensor
+    attribute ``pair_index`` moved by ``.to()``/``.cuda()`` with the module.
+
+    Contract: see :func:`labels_contract` (decided from the labels).
+
+    Parameters
+    ----------
+    heads
+        Number of attention heads.
+    prefix
+        Leading tokens outside the pair table (e.g. a class token); their rows and
+        columns get bias 0.
+    """
+
+    pair_index: torch.Tensor
+
+    def __init__(self, heads: int, prefix: int = 0) -> None:
+        super().__init__()
+        if heads < 1:
+            raise GroupError(f"{type(self).__name__}: expected heads >= 1, got {heads}")
+        if prefix < 0:
+            raise GroupError(f"{type(self).__name__}: expected prefix >= 0, got {prefix}")
+        self.heads, self.prefix = heads, prefix
+
+    def _set_labels(self, labels: torch.Tensor) -> None:
+        # a plain attribute: no parameter, no registered buffer (see the module docstring)
+        self.__dict__["pair_index"] = labels.long().contiguous()
+
+    @property
+    def num_labels(self) -> int:
+        """``K``, the number of table entries per head."""
+        return int(self.pair_index.max()) + 1 if self.pair_index.numel() else 0
+
+    def _reference(self) -> torch.Tensor:
+        """A parameter whose device the labels follow."""
+        return next(self.parameters())
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Any:  # type: ignore[override]
+        out = super()._apply(fn, recurse)
+        device = self._reference().device
+        if self.pair_index.device != device:
+            self.__dict__["pair_index"] = self.pair_index.to(device)
+        return out
+
+    def values(self) -> torch.Tensor:
+        """``(heads, K)``: one value per label and head."""
+        raise NotImplementedError
+
+    def forward(self) -> torch.Tensor:
+        """The bias ``(heads, prefix + N, prefix + N)``."""
+        values = self.values()
+        index = self.pair_index
+        device = self._reference().device  # a real parameter (also under torch.fx tracing)
+        if index.device != device:  # parameters moved without .to()/.cuda() (e.g. assigned)
+            index = index.to(device)
+        bias = gather_pair_table(values, index)
+        if self.prefix:
+            bias = nn.functional.pad(bias, (self.prefix, 0, self.prefix, 0))
+        return bias
+
+    def padded_labels(self) -> torch.Tensor:
+        """``(prefix + N, prefix + N)`` labels on the CPU, ``-1`` on prefix rows and columns."""
+        labels = self.pair_index.cpu()
+        if self.prefix:
+            labels = nn.functional.pad(labels, (self.prefix, 0, self.prefix, 0), value=-1)
+        return labels
+
+
+class _OrbitalLabels(PairTableBias):
+    """A pair table whose labels are orbitals (the ``orbital_index`` alias of ``pair_index``)."""
+
+    @property
+    def orbital_index(self) -> torch.Tensor:
+        """``(N, N)`` long: the orbital label of every token pair."""
+        return self.pair_index
+
+
+def _check_gset(module: str, gset: Any) -> GSet:
+    if not isinstance(gset, GSet):
+        raise GroupError(f"{module}: expected a GSet, got {gset!r}")
+    return gset
+
+
+class OrbitalBias(_OrbitalLabels):
+    """A learned attention bias with one value per orbital of ``G`` on token pairs, per head.
+
+    ``bias[h, i, j] = table[h, orbital(i, j)]`` with the orbital labels of
+    ``gset.orbitals()`` (computed from the generators once, at construction). Two pairs
+    get the same value exactly when some group element maps one onto the other, so the
+    bias is the most expressive ``G``-invariant learned bias: for ``S_n`` it has 2
+    values per head (``i = j`` and ``i ≠ j``), for a graph's automorphisms one per
+    orbital of node pairs, for torus translations one per circular offset.
+
+    Contract: *invariant* under ``gset.group`` (input type
+    ``GSetField(gset)``); under another group acting on the tokens through a given
+    input type, decided exactly by :func:`labels_contract`.
+
+    Shapes: ``() → (heads, N, N)``.
+
+    Parameters
+    ----------
+    gset
+        The tokens and the group acting on them.
+    heads
+        Number of attention heads.
+    init_std
+        Standard deviation of the normal initialisation of the table.
+
+    Examples
+    --------
+    >>> from groupattn.actions import GSet
+    >>> from groupattn.groups import SymmetricGroup
+    >>> bias = OrbitalBias(GSet.natural(SymmetricGroup(5)), heads=2)
+    >>> bias().shape, bias.table.shape
+    (torch.Size([2, 5, 5]), torch.Size([2, 2]))
+    """
+
+    def __init__(self, gset: GSet, heads: int, init_std: float = 0.02) -> None:
+        super().__init__(heads)
+        self.field = GSetField(_check_gset("OrbitalBias", gset))
+        self._set_labels(gset.orbitals())
+        self.table = nn.Parameter(torch.randn(heads, self.num_labels) * init_std)
+
+    @property
+    def gset(self) -> GSet:
+        """The G-set of the tokens."""
+        return self.field.gset
+
+    def values(self) -> torch.Tensor:
+        """The learned table ``(heads, K)``, ``K`` = number of orbitals."""
+        return self.table
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """Invariant under the G-set's group; otherwise decided from the orbitals."""
+        field = input_type if isinstance(input_type, FieldType) else self.field
+        if field == self.field and group == self.gset.group:
+            return Contract.invariant(field)
+        return labels_contract(
+            self.orbital_index, group, field, "OrbitalBias",
+            f"the orbitals of {self.gset.group.name} are not unions of orbitals of {group.name}",
+        )
+
+    def extra_repr(self) -> str:
+        return f"gset={self.gset.name}, heads={self.heads}, orbitals={self.num_labels}"
+
+
+class ContinuousOrbitalBias(_OrbitalLabels):
+    """An attention bias given by an MLP of a pair invariant, evaluated once per orbital.
+
+    ``bias[h, i, j] = mlp(f(i, j) / scale)[h]`` for a user-supplied pair invariant
+    ``f`` (e.g. the shortest-path distance on a graph, the distance between two cells,
+    a number of shared neighbours). ``f`` must be constant on the orbitals of ``G``
+    (checked at construction); the MLP then runs on one representative per orbital
+    and the result is gathered by orbital label, so the bias is *exactly* invariant —
+    even when ``f`` is computed with rounding — and costs ``K`` MLP evaluations, not
+    ``N²``. Unlike :class:`OrbitalBias` it shares parameters across orbitals and can
+    extrapolate (e.g. to distances it never saw).
+
+    Contract: *invariant* under ``gset.group`` (input type ``GSetField(gset)``);
+    otherwise decided from the orbitals (:func:`labels_contract`).
+
+    Shapes: ``() → (heads, N, N)``.
+
+    Parameters
+    ----------
+    gset
+        The tokens and the group acting on them.
+    heads
+        Number of attention heads.
+    invariant_fn
+        Either a tensor of shape ``(N, N)`` or ``(N, N, F)`` holding the invariant of
+        every pair, or a callable ``f(i, j)`` of two long tensors of shape ``(N, N)``
+        (all row and column indices) returning such a tensor (e.g.
+        ``lambda i, j: distance[i, j]``).
+    hidden
+        Width of the MLP's hidden layer.
+    tolerance
+        Largest spread of ``f`` within one orbital that counts as constant (relative to
+        ``max(1, max|f|)``).
+    init_std
+        Scale of the initial bias (standard deviation of the output layer's weights
+        times ``√hidden``).
+
+    Raises
+    ------
+    GroupError
+        If ``f`` has the wrong shape, is not finite, or is not constant on an orbital
+        (naming the orbital, two of its pairs and their values).
+    """
+
+    features: torch.Tensor
+
+    def __init__(
+        self,
+        gset: GSet,
+        heads: int,
+        invariant_fn: torch.Tensor | Callable[[torch.Tensor, torch.Tensor], Any],
+        hidden: int = 16,
+        tolerance: float = 1e-9,
+        init_std: float = 0.02,
+    ) -> None:
+        super().__init__(heads)
+        name = "ContinuousOrbitalBias"
+        self.field = GSetField(_check_gset(name, gset))
+        n = gset.num_points
+        if callable(invariant_fn) and not isinstance(invariant_fn, torch.Tensor):
+            i, j = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+            raw = invariant_fn(i, j)
+        else:
+            raw = invariant_fn
+        values = torch.as_tensor(raw, dtype=torch.float64).cpu()
+        if values.dim() == 2:
+            values = values.unsqueeze(-1)
+        if values.dim() != 3 or values.shape[:2] != (n, n):
+            raise GroupError(f"{name}: expected pair invariants of shape (N, N) or (N, N, F) with N={n}, "
+                             f"got {tuple(torch.as_tensor(raw).shape)}")
+        if not bool(torch.isfinite(values).all()):
+            raise GroupError(f"{name}: expected finite pair invariants, got inf or nan")
+        orbitals = gset.orbitals()
+        self._set_labels(orbitals)
+        k = self.num_labels
+        flat, labels = values.reshape(n * n, -1), orbitals.reshape(-1)
+        f = flat.shape[1]
+        lo = torch.full((k, f), float("inf"), dtype=torch.float64).scatter_reduce(
+            0, labels[:, None].expand(-1, f), flat, reduce="amin"
+        )
+        hi = torch.full((k, f), float("-inf"), dtype=torch.float64).scatter_reduce(
+            0, labels[:, None].expand(-1, f), flat, reduce="amax"
+        )
+        scale = flat.abs().amax(0).clamp(min=1.0)
+        spread = (hi - lo) / scale
+        if bool((spread > tolerance).any()):
+            bad = int(torch.nonzero((spread > tolerance).any(-1))[0])
+            members = torch.nonzero(labels == bad).flatten()
+            a = int(members[torch.argmin(flat[members].sum(-1))])
+            b = int(members[torch.argmax(flat[members].sum(-1))])
+            raise GroupError(
+                f"{name}: expected an invariant constant on the orbitals of {gset.group.name}, got "
+                f"{flat[a].tolist()} on pair ({a // n}, {a % n}) and {flat[b].tolist()} on pair "
+                f"({b // n}, {b % n}) of orbital {bad}"
+            )
+        first = torch.full((k,), n * n, dtype=torch.long).scatter_reduce(
+            0, labels, torch.arange(n * n), reduce="amin"
+        )
+        norm = flat.abs().amax(0)
+        norm = torch.where(norm > 0, norm, torch.ones_like(norm))
+        self.__dict__["features"] = (flat[first] / norm).contiguous()  # (K, F), one per orbital
+        self.num_features = f
+        self.mlp = nn.Sequential(nn.Linear(f, hidden), nn.GELU(), nn.Linear(hidden, heads))
+        last = self.mlp[2]
+        assert isinstance(last, nn.Linear)
+        nn.init.normal_(last.weight, std=init_std / hidden**0.5)
+        nn.init.zeros_(last.bias)
+
+    @property
+    def gset(self) -> GSet:
+        """The G-set of the tokens."""
+        return self.field.gset
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Any:  # type: ignore[override]
+        out = super()._apply(fn, recurse)
+        device = self._reference().device
+        if self.features.device != device:
+            self.__dict__["features"] = self.features.to(device)
+        return out
+
+    def values(self) -> torch.Tensor:
+        """``(heads, K)``: the MLP of each orbital's invariant (normalised by its largest magnitude)."""
+        first = self.mlp[0]
+        assert isinstance(first, nn.Linear)
+        features = self.features.to(device=first.weight.device, dtype=first.weight.dtype)
+        return self.mlp(features).transpose(0, 1)
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """Invariant under the G-set's group; otherwise decided from the orbitals."""
+        field = input_type if isinstance(input_type, FieldType) else self.field
+        if field == self.field and group == self.gset.group:
+            return Contract.invariant(field)
+        return labels_contract(
+            self.orbital_index, group, field, "ContinuousOrbitalBias",
+            f"the orbitals of {self.gset.group.name} are not unions of orbitals of {group.name}",
+        )
+
+    def extra_repr(self) -> str:
+        return f"gset={self.gset.name}, heads={self.heads}, orbitals={self.num_labels}, features={self.num_features}"
+
+
+class PairwiseBias(PairTableBias):
+    """A free learned bias per ordered token pair — the non-invariant baseline.
+
+    ``bias[h, i, j] = table[h, i·N + j]``: ``N²`` values per head. It can express any
+    pairwise bias, including absolute position, so it is not constant on the orbitals
+    of any group that moves a token.
+
+    Contract: *breaks* under every group that moves a token ("a free bias per token
+    pair is not constant on the orbitals"), with a witness pair; *invariant* only under
+    a group acting trivially.
+
+    Shapes: ``() → (heads, N, N)``.
+
+    Parameters
+    ----------
+    num_points
+        ``N``.
+    heads
+        Number of attention heads.
+    init_std
+        Standard deviation of the normal initialisation of the table.
+    field_type
+        The token layout stated in the contract when none is given
+        (``SetField(num_points)`` by default).
+    """
+
+    def __init__(self, num_points: int, heads: int, init_std: float = 0.02, field_type: FieldType | None = None) -> None:
+        super().__init__(heads)
+        from ..actions import SetField
+
+        if num_points < 1:
+            raise GroupError(f"PairwiseBias: expected num_points >= 1, got {num_points}")
+        self.num_points = num_points
+        self.field = field_type or SetField(num_points)
+        self._set_labels(torch.arange(num_points * num_points).reshape(num_points, num_points))
+        self.table = nn.Parameter(torch.randn(heads, num_points * num_points) * init_std)
+
+    def values(self) -> torch.Tensor:
+        """The learned table ``(heads, N²)``."""
+        return self.table
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """Breaks under every group that moves a token."""
+        field = input_type if isinstance(input_type, FieldType) else self.field
+        return labels_contract(
+            self.pair_index, group, field, "PairwiseBias",
+            "a free bias per token pair is not constant on the orbitals",
+        )
+
+    def extra_repr(self) -> str:
+        return f"num_points={self.num_points}, heads={self.heads}"
