@@ -12,6 +12,7 @@ from torch import nn
 from groupattn.actions import GridField, TokenField
 from groupattn.canonical import PolyphaseAnchor
 from groupattn.check import (
+    Atom,
     Certificate,
     LayoutField,
     Verdict,
@@ -21,7 +22,6 @@ from groupattn.check import (
     group_from_name,
     verify,
 )
-from groupattn.check._layout import Atom
 from groupattn.cli import main
 from groupattn.contracts import Contract, contract_of, register_contract
 from groupattn.groups import (
@@ -112,19 +112,20 @@ def test_default_input_types_and_errors() -> None:
         default_input_type(torch.randn(2, 3, 4, 8, 8), g)
     with pytest.raises(GroupError, match="rank 2 to 5"):
         default_input_type(torch.randn(2), g)
-    with pytest.raises(GroupError, match="expected an input of type"):
+    with pytest.raises(GroupError, match="certify: expected tokens"):
         certify(circ(3), torch.randn(2, 60, 3), g, input_type=TokenField((8, 8)))
 
 
 def test_renderings(tmp_path: Path) -> None:
     cert = certify(broken_factory(), X, "translations", verify=True)
     text = cert.to_text()
-    assert "broken" in text and "zeros padding" in text and "path:" in text
+    assert "broken" in text and "windows do not move onto windows" in text and "path:" in text
     data = cert.to_json()
-    assert data["verdict"] == "broken" and data["first_break"]["node"] == "_0"
+    assert data["verdict"] == "broken" and data["first_break"]["node"] == "0"
+    assert data["first_break"]["operation"] == "conv2d"
     assert data["max_error"] > 1e-6 and json.loads(cert.to_json_string())["verdict"] == "broken"
     dot = cert.to_dot()
-    assert dot.startswith("digraph") and '"input_1" -> "_0"' in dot
+    assert dot.startswith("digraph") and '-> "conv2d"' in dot
     for suffix in ("dot", "png", "svg"):
         out = cert.save_graph(tmp_path / f"graph.{suffix}")
         assert out.exists() and out.stat().st_size > 100
@@ -134,23 +135,21 @@ def test_renderings(tmp_path: Path) -> None:
 
     console = Console(record=True, width=200)
     console.print(cert.to_rich())
-    assert "zeros padding" in console.export_text()
-    assert cert.exit_code == 1
+    assert "windows do not move" in console.export_text()
+    assert cert.exit_code == 3 and cert.status == "broken"
 
 
 def test_untraceable_model_is_unverified_with_a_plain_reason() -> None:
     cert = certify(Untraceable(), X, "translations")
-    assert cert.verdict == Verdict.UNVERIFIED and cert.exit_code == 2
-    assert cert.reason is not None and "torch.fx cannot trace Untraceable" in cert.reason
+    assert cert.verdict == Verdict.UNVERIFIED and cert.exit_code == 4
+    assert cert.reason is not None and "torch.export cannot trace" in cert.reason
 
 
-def test_sequential_falls_back_to_its_children() -> None:
+def test_untraceable_child_makes_the_whole_unverified() -> None:
+    # the checker proves nothing about a graph it could not trace, not even the parts before
     cert = certify(nn.Sequential(circ(3), Untraceable()), X, "translations")
     assert cert.verdict == Verdict.UNVERIFIED
-    assert any("torch.fx cannot trace" in why for _, why in cert.unverified)
-    # a broken child before the untraceable one is still found
-    cert = certify(nn.Sequential(nn.Conv2d(3, 3, 3, padding=1), Untraceable()), X, "translations")
-    assert cert.verdict == Verdict.BROKEN and cert.first_break is not None and cert.first_break.node == "_0"
+    assert any("torch.export cannot trace" in why for _, why in cert.unverified)
 
 
 def test_unknown_operation_is_unverified() -> None:
@@ -160,15 +159,16 @@ def test_unknown_operation_is_unverified() -> None:
 
 
 def test_untracked_split_of_a_spatial_axis_is_unverified() -> None:
+    # summing 4x4 blocks: shifts by one pixel move entries across blocks
     cert = certify(WindowSplit(), X, "translations")
-    assert cert.verdict == Verdict.UNVERIFIED
-    assert "splits the vertical spatial axis" in (cert.reason or "")
+    assert not cert.certified
+    assert cert.first_break is not None and "moves entries between those and other dims" in cert.first_break.reason
 
 
 def test_user_contract_by_decorator() -> None:
     assert certify(nn.Sequential(circ(3), Swish()), X, "translations").verdict == Verdict.EQUIVARIANT
 
-    class Registered(Swish):
+    class Registered(Opaque):  # its body (an FFT) cannot be verified
         pass
 
     @register_contract(Registered)
@@ -177,7 +177,14 @@ def test_user_contract_by_decorator() -> None:
 
     cert = certify(nn.Sequential(circ(3), Registered()), X, "translations")
     assert cert.verdict == Verdict.BROKEN and cert.first_break is not None
-    assert cert.first_break.reason == "Registered: deliberately declared broken"
+    assert "Registered: deliberately declared broken" in cert.first_break.reason
+    assert any("declared contracts" in note for note in cert.notes)
+    # a body that verifies is checked by its body, whatever is registered
+    class Declared(Swish):
+        pass
+
+    register_contract(Declared)(lambda m, g, t: Contract.breaks("never consulted", t, t))
+    assert certify(nn.Sequential(circ(3), Declared()), X, "translations").verdict == Verdict.EQUIVARIANT
 
 
 def test_lying_contract_is_reported_as_a_checker_defect() -> None:
@@ -195,15 +202,16 @@ def test_lying_contract_is_reported_as_a_checker_defect() -> None:
     assert believed.reason is not None and "refutes the certificate" in believed.reason
 
 
-def test_torch_contracts_are_registered() -> None:
+def test_no_contracts_are_registered_on_import() -> None:
+    # the checker proves torch modules from their operators; importing it changes no answer
     g = TorusTranslations(8, 8)
-    assert contract_of(circ(3), g, GridField()).kind.value == "equivariant"
-    zero = contract_of(nn.Conv2d(3, 3, 3, padding=1), g, GridField())
-    assert zero.kind.value == "breaks" and "zeros padding" in (zero.reason or "")
-    strided = contract_of(nn.Conv2d(3, 3, 2, stride=2), TorusTranslations(4, 4, stride=2), GridField())
-    assert strided.kind.value == "equivariant" and strided.output_group == TorusTranslations(4, 4)
-    assert contract_of(nn.Linear(3, 5), g, TokenField((8, 8))).kind.value == "equivariant"
-    assert contract_of(nn.Conv2d(3, 3, 3, padding=1, padding_mode="circular"), CyclicGroup(4), GridField()).kind.value == "breaks"
+    import groupattn.check  # noqa: F401
+
+    assert contract_of(nn.LayerNorm(4), g).kind.value == "unknown"
+    assert contract_of(circ(3), g, GridField()).kind.value == "unknown"
+    strided = certify(nn.Conv2d(3, 3, 2, stride=2), torch.randn(2, 3, 8, 8), TorusTranslations(4, 4, stride=2))
+    assert strided.verdict == Verdict.EQUIVARIANT and strided.output_group == TorusTranslations(4, 4)
+    assert certify(nn.Conv2d(3, 3, 3, padding=1, padding_mode="circular"), X, CyclicGroup(4)).verdict == Verdict.BROKEN
 
 
 def test_verify_canonicalizer_up_to_frame_and_ties() -> None:
@@ -280,9 +288,8 @@ class AttentionDropout(nn.Module):
 )
 def test_randomness_is_never_certified(model: nn.Module, node: str, word: str) -> None:
     cert = certify(model, X, "translations", verify=True)
-    assert cert.verdict == Verdict.BROKEN and cert.first_break is not None
-    assert cert.first_break.node == node and word in cert.first_break.reason
-    assert cert.verification is not None and not cert.verification.equivariant
+    assert cert.verdict == Verdict.UNVERIFIED, cert.to_text()
+    assert "random" in (cert.reason or "")
 
 
 class PositionDependentChannels(nn.Module):
@@ -317,21 +324,22 @@ class RestoreAfterStride(nn.Module):
 )
 def test_unsound_looking_compositions_are_not_certified(model: nn.Module, word: str) -> None:
     cert = certify(model, torch.randn(2, 8, 8, 8), "translations")
-    assert cert.verdict == Verdict.UNVERIFIED and word in (cert.reason or "")
+    assert not cert.certified, cert.to_text()
 
 
 def test_single_library_layers_are_checked_by_their_contract() -> None:
     from groupattn.attention import GlobalSelfAttention
 
     tokens = torch.randn(2, 64, 8)
+    # attention layers are proved through their bodies (the orbital tables included)
     good = certify(GlobalSelfAttention(8, 2, (8, 8)), tokens, "translations", verify=True)
-    assert good.verdict == Verdict.EQUIVARIANT and "declared contract only" in good.notes[0]
+    assert good.verdict == Verdict.EQUIVARIANT
     assert good.verification is not None and good.verification.equivariant
     bad = certify(GlobalSelfAttention(8, 2, (8, 8), bias="clipped"), tokens, "translations", verify=True)
-    assert bad.verdict == Verdict.BROKEN and bad.first_break is not None and "clipped" in bad.first_break.reason
+    assert bad.verdict == Verdict.BROKEN and bad.first_break is not None
+    assert "position-dependent constant" in bad.first_break.reason
     assert bad.verification is not None and not bad.verification.equivariant
-    anchored = certify(PolyphaseAnchor(2), X, "translations", verify=True)
-    assert anchored.verdict == Verdict.EQUIVARIANT and anchored.output_frame is not None
-    assert anchored.output_group == TorusTranslations(4, 4, stride=2)
-    assert anchored.verification is not None and anchored.verification.up_to_frame
-    assert anchored.verification.equivariant
+    # a canonicalizer alone: its output moves only up to a data-chosen shift — not a certificate
+    anchored = certify(PolyphaseAnchor(2), X, "translations")
+    assert anchored.verdict == Verdict.UNVERIFIED and "left in frame F1" in (anchored.reason or "")
+    assert anchored.outputs[0].frame is not None

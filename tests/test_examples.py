@@ -108,7 +108,7 @@ def test_checker_catches_broken(capsys: pytest.CaptureFixture[str]) -> None:
         "residual across an anchoring": "broken",
     }
     out = capsys.readouterr().out
-    assert "first break: position" in out and "absolute positional encoding is not translation-invariant" in out
+    assert "first break: position" in out and "position-dependent constant" in out
     assert "different frames" in out
 
 

@@ -262,6 +262,6 @@ def test_large_permutation_group_is_enumerated_at_most_once(monkeypatch: pytest.
     assert gset.num_orbitals() == 2 and gset.num_orbits() == 1
     a, b = big.generators()
     assert big.permutation(a * b) == tuple(a.value[i] for i in b.value)
-    assert len(calls) == 1  # the failed closure is remembered, not retried on every comparison
+    assert len(calls) <= 1  # never enumerated (Schreier–Sims), or the failed closure is remembered
     with pytest.raises(GroupError, match="max_order=200"):
         big.elements()

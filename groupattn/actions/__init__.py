@@ -1,4 +1,9 @@
-"""Actions: how groups move coordinates, token sets (G-sets) and tensors (field types)."""
+"""Actions: how groups move coordinates, token sets (G-sets) and tensors (field types).
+
+Field types are also the library's input validation: ``FieldType.check(x, module,
+channels=...)`` raises a :class:`~groupattn.groups.GroupError` naming the module, the
+expected layout and the actual shape, and :func:`check_grid` validates a grid argument.
+"""
 
 from ._fields import (
     FieldType,
@@ -8,6 +13,8 @@ from ._fields import (
     LiftedField,
     SetField,
     TokenField,
+    check_grid,
+    torus_stride,
 )
 from ._gset import GSet, connected_labels
 from ._intertwiners import (
@@ -57,6 +64,7 @@ __all__ = [
     "TokenField",
     "TrivialRepresentation",
     "act_on_coordinates",
+    "check_grid",
     "check_grid_size",
     "clear_intertwiner_cache",
     "connected_labels",
@@ -68,5 +76,6 @@ __all__ = [
     "rotate_image",
     "rotate_lifted",
     "spatial_element",
+    "torus_stride",
     "transform_grid",
 ]

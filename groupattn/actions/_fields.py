@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..groups import Group, GroupError, PermutationGroup, PointGroup
+from ..groups import Group, GroupError, PermutationGroup, PointGroup, TorusTranslations
 from ._representations import Representation
 from ._spatial import check_grid_size, embed_point_element, spatial_element, transform_grid
 
@@ -22,11 +23,107 @@ __all__ = [
     "LiftedField",
     "SetField",
     "TokenField",
+    "check_grid",
+    "torus_stride",
 ]
 
 
 def _shape_error(module: str, expected: str, x: torch.Tensor) -> GroupError:
     return GroupError(f"{module}: expected {expected}, got a tensor of shape {tuple(x.shape)}")
+
+
+def _channels_label(channels: int | None) -> str:
+    return "C" if channels is None else f"C={channels}"
+
+
+def _width(channels: int | None, representation: Representation | None) -> int | None:
+    """The width to state in a message: the one asked for, else the representation's."""
+    if channels is not None:
+        return channels
+    return representation.dim if representation is not None else None
+
+
+def _check_channel_count(channels: Any) -> int | None:
+    if channels is None:
+        return None
+    try:
+        width = operator.index(channels)
+    except TypeError:
+        width = 0
+    if isinstance(channels, bool) or width < 1:
+        raise GroupError(f"FieldType.check: expected channels as an int >= 1 or None, got {channels!r}")
+    return width
+
+
+def check_grid(grid: Any, module: str = "check_grid") -> tuple[int, int]:
+    """Validate a token or pixel grid ``(height, width)`` given to a module's constructor.
+
+    Parameters
+    ----------
+    grid
+        Two positive integers ``(h, w)`` (any sequence of two ints).
+    module
+        The name the error message starts with (the calling module).
+
+    Returns
+    -------
+    tuple[int, int]
+        ``(h, w)`` as Python ints.
+
+    Raises
+    ------
+    GroupError
+        Naming ``module``, if ``grid`` is not a pair of positive integers, e.g.
+        ``"WindowAttention: expected a grid (height, width) of positive ints, got (0, 4)"``.
+
+    Examples
+    --------
+    >>> check_grid([4, 6], "MyLayer")
+    (4, 6)
+    """
+    try:
+        height, width = (int(grid[0]), int(grid[1]))
+    except (TypeError, IndexError, ValueError):
+        raise GroupError(f"{module}: expected a grid (height, width), got {grid!r}") from None
+    if height < 1 or width < 1 or len(grid) != 2:
+        raise GroupError(f"{module}: expected a grid (height, width) of positive ints, got {grid!r}")
+    return height, width
+
+
+def torus_stride(group: Group, grid: tuple[int, int]) -> int | None:
+    """The stride with which ``group`` translates a torus grid of shape ``grid``, else ``None``.
+
+    ``TorusTranslations(h, w, stride=s)`` acts on an ``(h·s) × (w·s)`` grid by shifts
+    that are multiples of ``s``; this returns ``s`` when ``group`` is such a group for
+    ``grid`` (pixels or tokens), and ``None`` for any other group or grid size — the
+    usual first test of a layer's contract under translations.
+
+    Parameters
+    ----------
+    group
+        Any group.
+    grid
+        ``(H, W)`` of the grid the layer works on.
+
+    Returns
+    -------
+    int or None
+        The stride ``s``, or ``None`` when ``group`` is not a torus translation group
+        of this grid.
+
+    Examples
+    --------
+    >>> from groupattn.groups import TorusTranslations
+    >>> torus_stride(TorusTranslations(4, 4, stride=2), (8, 8))
+    2
+    >>> torus_stride(TorusTranslations(4, 4), (8, 8)) is None
+    True
+    """
+    if not isinstance(group, TorusTranslations):
+        return None
+    if group.height * group.stride != grid[0] or group.width * group.stride != grid[1]:
+        return None
+    return group.stride
 
 
 @dataclass(frozen=True)
@@ -36,14 +133,37 @@ class FieldType:
     Subclasses implement :meth:`act` and :meth:`check`. Field types are immutable and
     compare by value, so the checker can compare the type a module produces with the
     type the next module expects.
+
+    :meth:`check` is the library's one way to validate a module's input: every layer
+    checks its input with ``in_type.check(x, "LayerName", channels=width)`` (directly
+    or through :class:`~groupattn.contracts.EquivariantModule`), so a wrong rank, token
+    count or channel count raises the same kind of message everywhere.
     """
 
     def act(self, group: Group, g: Any, x: torch.Tensor) -> torch.Tensor:
         """Return ``g · x``."""
         raise NotImplementedError
 
-    def check(self, x: torch.Tensor, module: str = "FieldType") -> None:
-        """Raise :class:`GroupError` naming ``module`` if ``x`` does not fit this layout."""
+    def check(self, x: torch.Tensor, module: str = "FieldType", *, channels: int | None = None) -> None:
+        """Raise :class:`GroupError` unless ``x`` fits this layout.
+
+        Parameters
+        ----------
+        x
+            The tensor to check.
+        module
+            The name the message starts with (the module whose input ``x`` is).
+        channels
+            The channel width the module needs, when the type does not state it (plain,
+            trivial channels); ``None`` accepts any width. A channel representation
+            given to the type is checked by :meth:`act`.
+
+        Raises
+        ------
+        GroupError
+            ``"{module}: expected {layout}, got a tensor of shape {shape}"``, where the
+            layout names the expected rank, sizes and (with ``channels``) width.
+        """
         raise NotImplementedError
 
     @property
@@ -77,9 +197,14 @@ class InvariantField(FieldType):
         group.element(g)
         return x
 
-    def check(self, x: torch.Tensor, module: str = "InvariantField") -> None:
-        if x.dim() < 1:
-            raise _shape_error(module, "a batched tensor (B, ...)", x)
+    def check(self, x: torch.Tensor, module: str = "InvariantField", *, channels: int | None = None) -> None:
+        """Raise :class:`GroupError` unless ``x`` is ``(B, ...)`` (``(B, C=channels, ...)`` if given)."""
+        channels = _check_channel_count(channels)
+        if channels is None:
+            if x.dim() < 1:
+                raise _shape_error(module, "a batched tensor (B, ...)", x)
+        elif x.dim() < 2 or x.shape[1] != channels:
+            raise _shape_error(module, f"a batched tensor (B, C={channels}, ...)", x)
 
     @property
     def is_invariant(self) -> bool:
@@ -105,9 +230,11 @@ class GridField(FieldType):
         y = transform_grid(x, spatial_element(group, g), "GridField")
         return _apply_channels(self.channels, group, g, y, 1)
 
-    def check(self, x: torch.Tensor, module: str = "GridField") -> None:
-        if x.dim() != 4:
-            raise _shape_error(module, "an image batch (B, C, H, W)", x)
+    def check(self, x: torch.Tensor, module: str = "GridField", *, channels: int | None = None) -> None:
+        """Raise :class:`GroupError` unless ``x`` is an image batch ``(B, C, H, W)`` (``C = channels`` if given)."""
+        channels = _check_channel_count(channels)
+        if x.dim() != 4 or (channels is not None and x.shape[1] != channels):
+            raise _shape_error(module, f"an image batch (B, {_channels_label(channels)}, H, W)", x)
 
     def describe(self) -> str:
         return "grid(B,C,H,W)" + (f"[{self.channels!r}]" if self.channels is not None else "")
@@ -154,10 +281,13 @@ class LiftedField(FieldType):
             y = y.index_select(2, self.group_axis_permutation(group, g).to(x.device))
         return _apply_channels(self.channels, group, g, y, 1)
 
-    def check(self, x: torch.Tensor, module: str = "LiftedField") -> None:
+    def check(self, x: torch.Tensor, module: str = "LiftedField", *, channels: int | None = None) -> None:
+        """Raise :class:`GroupError` unless ``x`` is ``(B, C, |H|, H, W)`` (``C = channels`` if given)."""
+        channels = _check_channel_count(channels)
         n = self.point_group.order()
-        if x.dim() != 5 or x.shape[2] != n:
-            raise _shape_error(module, f"a lifted field (B, C, |{self.point_group.name}|={n}, H, W)", x)
+        if x.dim() != 5 or x.shape[2] != n or (channels is not None and x.shape[1] != channels):
+            c = _channels_label(channels)
+            raise _shape_error(module, f"a lifted field (B, {c}, |{self.point_group.name}|={n}, H, W)", x)
 
     def describe(self) -> str:
         return f"lifted(B,C,|{self.point_group.name}|,H,W)"
@@ -201,11 +331,13 @@ class TokenField(FieldType):
         out = torch.cat([head, body], dim=1) if self.prefix else body
         return _apply_channels(self.channels, group, g, out, 2)
 
-    def check(self, x: torch.Tensor, module: str = "TokenField") -> None:
-        if x.dim() != 3 or x.shape[1] != self.num_tokens:
+    def check(self, x: torch.Tensor, module: str = "TokenField", *, channels: int | None = None) -> None:
+        """Raise :class:`GroupError` unless ``x`` is ``(B, N, C)`` with ``N = num_tokens`` (``C = channels`` if given)."""
+        channels = _check_channel_count(channels)
+        if x.dim() != 3 or x.shape[1] != self.num_tokens or (channels is not None and x.shape[2] != channels):
             raise _shape_error(
                 module,
-                f"tokens (B, N={self.num_tokens}, C) over a {self.grid[0]}x{self.grid[1]} grid"
+                f"tokens (B, N={self.num_tokens}, {_channels_label(channels)}) over a {self.grid[0]}x{self.grid[1]} grid"
                 + (f" x {self.point_group.name}" if self.point_group else "")
                 + (f" with {self.prefix} prefix tokens" if self.prefix else ""),
                 x,
@@ -344,15 +476,22 @@ class GSetField(FieldType):
         out = x.index_select(1, src.to(x.device))
         return _apply_channels(self.channels, group, g, out, 2)
 
-    def _expected(self) -> str:
-        c = f"C={self.channels.dim}" if self.channels is not None else "C"
+    def _expected(self, channels: int | None = None) -> str:
+        c = _channels_label(_width(channels, self.channels))
         return f"tokens (B, N={self.num_points}, {c}) of {self.gset.name}"
 
-    def check(self, x: torch.Tensor, module: str | None = None) -> None:
+    def check(self, x: torch.Tensor, module: str | None = None, *, channels: int | None = None) -> None:
+        """Raise :class:`GroupError` unless ``x`` is ``(B, N, C)`` with ``N = num_points``.
+
+        ``C`` must be ``channels.dim`` of the type's representation, and ``channels``
+        when given.
+        """
         module = module or type(self).__name__
+        channels = _check_channel_count(channels)
         n = self.num_points
-        if x.dim() != 3 or x.shape[1] != n or (self.channels is not None and x.shape[2] != self.channels.dim):
-            raise _shape_error(module, self._expected(), x)
+        wrong = self.channels is not None and x.dim() == 3 and x.shape[2] != self.channels.dim
+        if x.dim() != 3 or x.shape[1] != n or wrong or (channels is not None and x.shape[2] != channels):
+            raise _shape_error(module, self._expected(channels), x)
 
     def describe(self) -> str:
         ch = f"[{self.channels!r}]" if self.channels is not None else ""
@@ -409,8 +548,8 @@ class SetField(GSetField):
             )
         return GSet.natural(group)
 
-    def _expected(self) -> str:
-        c = f"C={self.channels.dim}" if self.channels is not None else "C"
+    def _expected(self, channels: int | None = None) -> str:
+        c = _channels_label(_width(channels, self.channels))
         return f"a token set (B, N={self.num_points}, {c})"
 
     def __repr__(self) -> str:

@@ -26,10 +26,12 @@ __all__ = [
 #: (``λ`` is a squared singular value of the stacked constraints ``C``, so singular
 #: values below about ``√tol · max(1, σ_max)`` ≈ ``3e-5·max(1, σ_max)`` are treated as zero).
 INTERTWINER_TOLERANCE = 1e-9
+"""Relative tolerance of the null-space solve (eigenvalues ≤ tol · max(1, λ_max) count as zero)."""
 
 #: The largest ``dim_out · dim_in`` solved for (the Gram matrix is that size squared);
 #: larger problems are refused with :class:`~groupattn.groups.GroupError`.
 INTERTWINER_BUDGET = 4096
+"""The largest ``dim_out · dim_in`` solved for; larger problems raise ``GroupError``."""
 
 _CACHE_SIZE = 256
 _cache: OrderedDict[Hashable, torch.Tensor] = OrderedDict()

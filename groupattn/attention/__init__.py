@@ -4,7 +4,7 @@
 on them) with an orbital bias; the grid layers are fast special cases.
 """
 
-from ._global import GlobalSelfAttention, make_relative_bias
+from ._global import GlobalSelfAttention, check_heads, make_relative_bias
 from ._group_attention import GroupSelfAttention, resolve_point_group
 from ._kernel import attend, attend_shared_query_windows
 from ._lifting import LiftingSelfAttention
@@ -24,6 +24,7 @@ __all__ = [
     "WindowAttention",
     "attend",
     "attend_shared_query_windows",
+    "check_heads",
     "make_relative_bias",
     "resolve_point_group",
 ]

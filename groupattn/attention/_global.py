@@ -8,13 +8,13 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from ..contracts import Contract, Kind, contract_of
+from ..actions import TokenField, check_grid
+from ..contracts import Contract, EquivariantModule, Kind, contract_of
 from ..groups import Group, GroupError
-from ..positional import CirculantRelativeBias, ClippedRelativeBias
-from ..positional._translation import _check_grid, _check_tokens, _token_contract
+from ..positional import CirculantRelativeBias, ClippedRelativeBias, translation_contract
 from ._kernel import attend
 
-__all__ = ["GlobalSelfAttention", "make_relative_bias"]
+__all__ = ["GlobalSelfAttention", "check_heads", "make_relative_bias"]
 
 BiasKind = Literal["circulant", "clipped"] | None
 
@@ -42,13 +42,41 @@ def make_relative_bias(
     raise GroupError(f"make_relative_bias: expected 'circulant', 'clipped' or None, got {kind!r}")
 
 
-def _check_heads(module: str, dim: int, heads: int) -> None:
+def check_heads(dim: int, heads: int, module: str = "check_heads") -> None:
+    """Validate a multi-head layer's width: ``heads >= 1`` heads that divide ``dim``.
+
+    Field types say which tensors a layer accepts (see
+    :meth:`FieldType.check <groupattn.actions.FieldType.check>`); this checks the one
+    constructor argument they do not express, the split of the width into heads.
+
+    Parameters
+    ----------
+    dim
+        The token width ``C``.
+    heads
+        The number of heads.
+    module
+        The name the error message starts with (the calling layer).
+
+    Raises
+    ------
+    GroupError
+        ``"{module}: expected a width divisible by the number of heads {heads}, got {dim}"``.
+
+    Examples
+    --------
+    >>> check_heads(8, 2, "MyAttention")  # fine: two heads of width 4
+    """
     if heads < 1 or dim % heads:
         raise GroupError(f"{module}: expected a width divisible by the number of heads {heads}, got {dim}")
 
 
-class GlobalSelfAttention(nn.Module):
+class GlobalSelfAttention(EquivariantModule):
     """Multi-head self-attention over all tokens of a grid, plus an optional pairwise bias.
+
+    An :class:`~groupattn.contracts.EquivariantModule` from ``TokenField(grid,
+    prefix=prefix)`` to itself: calling it checks the input is
+    ``(B, prefix + h·w, dim)``.
 
     Attention itself is equivariant to every permutation of the tokens; only the bias
     can break that. Contract under ``TorusTranslations(h, w)``: *equivariant* when the
@@ -79,17 +107,18 @@ class GlobalSelfAttention(nn.Module):
         bias: BiasKind | nn.Module = "circulant",
         prefix: int = 0,
     ) -> None:
-        super().__init__()
-        _check_heads("GlobalSelfAttention", dim, heads)
+        check_heads(dim, heads, "GlobalSelfAttention")
+        grid = check_grid(grid, "GlobalSelfAttention")
+        field = TokenField(grid, prefix=prefix)
+        super().__init__(field, field, in_channels=dim)
         self.dim, self.heads, self.prefix = dim, heads, prefix
-        self.grid = _check_grid("GlobalSelfAttention", grid)
+        self.grid = grid
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
         self.bias = make_relative_bias(bias, self.grid, heads, prefix)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Attend over all tokens."""
-        _check_tokens("GlobalSelfAttention", x, self.grid, self.prefix, self.dim)
         q, k, v = rearrange(self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.heads)
         bias = None if self.bias is None else self.bias().unsqueeze(0)
         out = attend(q, k, v, bias, module="GlobalSelfAttention")
@@ -104,7 +133,7 @@ class GlobalSelfAttention(nn.Module):
                 reason = f"global attention bias: {bias_contract.reason}"
             elif bias_contract.kind == Kind.UNKNOWN:
                 return Contract.unknown(f"GlobalSelfAttention: {bias_contract.reason}", input_type)
-        return _token_contract("GlobalSelfAttention", group, self.grid, self.prefix, reason)
+        return translation_contract("GlobalSelfAttention", group, self.grid, self.prefix, reason)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, heads={self.heads}, grid={self.grid}, prefix={self.prefix}"

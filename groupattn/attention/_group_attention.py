@@ -304,18 +304,7 @@ class _RotoTranslationAttention(nn.Module):
         return out.index_select(1, tiling.untile.to(device))
 
     def _check_input(self, x: torch.Tensor) -> None:
-        name = type(self).__name__
-        g = self.point_group.order()
-        if self.lifting:
-            if x.dim() != 4 or x.shape[1] != self.in_channels:
-                raise GroupError(
-                    f"{name}: expected an image batch (B, C={self.in_channels}, H, W), got shape {tuple(x.shape)}"
-                )
-        elif x.dim() != 5 or x.shape[1] != self.in_channels or x.shape[2] != g:
-            raise GroupError(
-                f"{name}: expected a lifted field (B, C={self.in_channels}, |{self.point_group.name}|={g}, H, W), "
-                f"got shape {tuple(x.shape)}"
-            )
+        self._input_type().check(x, type(self).__name__, channels=self.in_channels)
 
     # ------------------------------------------------------------------ contract
     def _input_type(self) -> FieldType:

@@ -23,11 +23,10 @@ from ..actions import (
     TrivialRepresentation,
     intertwiner_basis,
 )
-from ..actions._fields import _is_trivial
-from ..contracts import Contract, Kind, contract_of
+from ..contracts import Contract, EquivariantModule, Kind, contract_of
 from ..groups import Group, GroupError
-from ..nn._module import EquivariantModule
 from ..positional import OrbitalBias, PairwiseBias
+from ._global import check_heads
 from ._kernel import attend
 
 __all__ = ["OrbitalAttention"]
@@ -39,11 +38,6 @@ def _representation_matrices(rep: Representation, group: Group) -> list[torch.Te
     """``ρ(g)`` in float64 for every generator ``g`` of ``group`` (through ``rep.apply``)."""
     eye = torch.eye(rep.dim, dtype=torch.float64)
     return [rep.apply(group, g, eye, 0).contiguous() for g in group.generators()]
-
-
-def _check_heads(module: str, dim: int, heads: int) -> None:
-    if heads < 1 or dim % heads:
-        raise GroupError(f"{module}: expected a width divisible by the number of heads {heads}, got {dim}")
 
 
 class OrbitalAttention(EquivariantModule):
@@ -113,7 +107,7 @@ class OrbitalAttention(EquivariantModule):
     ) -> None:
         if not isinstance(gset, GSet):
             raise GroupError(f"OrbitalAttention: expected a GSet, got {gset!r}")
-        equivariant_channels = not _is_trivial(channels)
+        equivariant_channels = channels is not None and not isinstance(channels, TrivialRepresentation)
         if channels is not None and channels.dim != dim:
             raise GroupError(
                 f"OrbitalAttention: expected dim equal to the channel representation's size {channels.dim}, got {dim}"
@@ -121,7 +115,7 @@ class OrbitalAttention(EquivariantModule):
         field = GSetField(gset, channels if equivariant_channels else None)
         super().__init__(field, field)
         if not equivariant_channels:
-            _check_heads("OrbitalAttention", dim, heads)
+            check_heads(dim, heads, "OrbitalAttention")
         self.dim, self.heads = dim, heads
         self.channels = channels if equivariant_channels else None
         self.bias = self._make_bias(bias, gset, heads, bias_init_std)

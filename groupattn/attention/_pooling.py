@@ -8,12 +8,18 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from ..actions import FieldType, GSetField, InvariantField, TokenField, TrivialRepresentation
-from ..contracts import Contract
+from ..actions import (
+    FieldType,
+    GSetField,
+    InvariantField,
+    TokenField,
+    TrivialRepresentation,
+    check_grid,
+)
+from ..contracts import Contract, EquivariantModule
 from ..groups import Group, GroupError
 from ..positional import token_permutation
-from ..positional._translation import _check_grid, _check_tokens
-from ._global import _check_heads
+from ._global import check_heads
 from ._kernel import attend
 
 __all__ = ["AttentionPooling", "MeanPooling"]
@@ -96,13 +102,13 @@ class MeanPooling(nn.Module):
 
     def __init__(self, grid: tuple[int, int] | None = None, prefix: int = 0) -> None:
         super().__init__()
-        self.grid = None if grid is None else _check_grid("MeanPooling", grid)
+        self.grid = None if grid is None else check_grid(grid, "MeanPooling")
         self.prefix = prefix
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Mean over the tokens after the prefix."""
         if self.grid is not None:
-            _check_tokens("MeanPooling", x, self.grid, self.prefix)
+            TokenField(self.grid, prefix=self.prefix).check(x, "MeanPooling")
         elif x.dim() != 3 or x.shape[1] <= self.prefix:
             raise GroupError(
                 f"MeanPooling: expected tokens (B, N, C) with N > {self.prefix}, got a tensor of shape {tuple(x.shape)}"
@@ -119,8 +125,12 @@ class MeanPooling(nn.Module):
         return f"grid={self.grid}, prefix={self.prefix}"
 
 
-class AttentionPooling(nn.Module):
+class AttentionPooling(EquivariantModule):
     """Learned queries attend to the grid tokens (no positional bias); the results are concatenated and projected.
+
+    An :class:`~groupattn.contracts.EquivariantModule` from ``TokenField(grid,
+    prefix=prefix)`` to :class:`~groupattn.actions.InvariantField`: calling it checks
+    the input is ``(B, prefix + h·w, dim)``.
 
     Attention with queries that do not depend on position is invariant to every
     permutation of the keys and values. Contract: *invariant* under
@@ -146,9 +156,10 @@ class AttentionPooling(nn.Module):
     def __init__(
         self, dim: int, heads: int, grid: tuple[int, int], num_queries: int = 1, prefix: int = 0
     ) -> None:
-        super().__init__()
-        _check_heads("AttentionPooling", dim, heads)
-        self.grid = _check_grid("AttentionPooling", grid)
+        check_heads(dim, heads, "AttentionPooling")
+        grid = check_grid(grid, "AttentionPooling")
+        super().__init__(TokenField(grid, prefix=prefix), InvariantField(), in_channels=dim)
+        self.grid = grid
         self.dim, self.heads, self.num_queries, self.prefix = dim, heads, num_queries, prefix
         self.queries = nn.Parameter(torch.randn(1, num_queries, dim) * 0.02)
         self.key_value = nn.Linear(dim, 2 * dim)
@@ -156,7 +167,6 @@ class AttentionPooling(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Pool the grid tokens into one vector per sample."""
-        _check_tokens("AttentionPooling", x, self.grid, self.prefix, self.dim)
         k, v = rearrange(
             self.key_value(x[:, self.prefix :]), "b n (two h d) -> two b h n d", two=2, h=self.heads
         )

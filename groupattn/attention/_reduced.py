@@ -8,19 +8,23 @@ import torch
 from einops import rearrange
 from torch import nn
 
+from ..actions import TokenField, check_grid, torus_stride
 from ..canonical import PolyphaseAnchor
 from ..canonical._polyphase import Norm
-from ..contracts import Contract
+from ..contracts import Contract, EquivariantModule
 from ..groups import Group, GroupError
-from ..positional._translation import _check_grid, _check_tokens, _grid_stride, _token_contract
-from ._global import _check_heads
+from ..positional import translation_contract
+from ._global import check_heads
 from ._kernel import attend
 
 __all__ = ["SpatialReductionAttention"]
 
 
-class SpatialReductionAttention(nn.Module):
+class SpatialReductionAttention(EquivariantModule):
     """Every token attends to a spatially reduced copy of the grid (keys and values).
+
+    An :class:`~groupattn.contracts.EquivariantModule` from ``TokenField(grid)`` to
+    itself: calling it checks the input is ``(B, h·w, dim)``.
 
     Keys and values come from a ``reduction × reduction`` strided convolution of the
     tokens (then a LayerNorm). With ``anchored=True`` the tokens are polyphase-anchored
@@ -64,9 +68,11 @@ class SpatialReductionAttention(nn.Module):
         norm: Norm = "l2",
         pre_norm: bool = False,
     ) -> None:
-        super().__init__()
-        _check_heads("SpatialReductionAttention", dim, heads)
-        self.grid = _check_grid("SpatialReductionAttention", grid)
+        check_heads(dim, heads, "SpatialReductionAttention")
+        grid = check_grid(grid, "SpatialReductionAttention")
+        field = TokenField(grid)
+        super().__init__(field, field, in_channels=dim)
+        self.grid = grid
         if reduction < 1 or self.grid[0] % reduction or self.grid[1] % reduction:
             raise GroupError(
                 f"SpatialReductionAttention: expected a grid divisible by reduction {reduction}, "
@@ -96,7 +102,6 @@ class SpatialReductionAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Attend from every token to the reduced tokens."""
-        _check_tokens("SpatialReductionAttention", x, self.grid, 0, self.dim)
         q = rearrange(self.query(self.input_norm(x)), "b n (h d) -> b h n d", h=self.heads)
         k, v = rearrange(
             self.key_value(self._reduced(x)), "b m (two h d) -> two b h m d", two=2, h=self.heads
@@ -106,14 +111,14 @@ class SpatialReductionAttention(nn.Module):
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """See the class docstring."""
-        stride = _grid_stride(group, self.grid)
+        stride = torus_stride(group, self.grid)
         reason = None
         if stride is not None and not self.anchored and stride % self.reduction:
             reason = (
                 "spatial-reduction attention without anchoring is not translation-equivariant: the "
                 f"stride-{self.reduction} reduction grid does not move with the input"
             )
-        return _token_contract("SpatialReductionAttention", group, self.grid, 0, reason)
+        return translation_contract("SpatialReductionAttention", group, self.grid, 0, reason)
 
     def extra_repr(self) -> str:
         return (

@@ -8,19 +8,23 @@ import torch
 from einops import rearrange
 from torch import nn
 
+from ..actions import TokenField, check_grid, torus_stride
 from ..canonical import gather_tokens, polyphase_phase, shifted_token_index
 from ..canonical._polyphase import Norm
-from ..contracts import Contract
+from ..contracts import Contract, EquivariantModule
 from ..groups import Group, GroupError
-from ..positional._translation import _check_grid, _check_tokens, _grid_stride, _token_contract
-from ._global import BiasKind, _check_heads, make_relative_bias
+from ..positional import translation_contract
+from ._global import BiasKind, check_heads, make_relative_bias
 from ._kernel import attend
 
 __all__ = ["WindowAttention"]
 
 
-class WindowAttention(nn.Module):
+class WindowAttention(EquivariantModule):
     """Multi-head attention inside non-overlapping ``window × window`` windows of a token grid.
+
+    An :class:`~groupattn.contracts.EquivariantModule` from ``TokenField(grid)`` to
+    itself: calling it checks the input is ``(B, h·w, dim)``.
 
     With ``anchored=True`` the tokens are first polyphase-anchored with stride
     ``window`` (so the window grid moves with the data), windows are (optionally)
@@ -81,9 +85,11 @@ class WindowAttention(nn.Module):
         norm: Norm = "l2",
         pre_norm: bool = False,
     ) -> None:
-        super().__init__()
-        _check_heads("WindowAttention", dim, heads)
-        self.grid = _check_grid("WindowAttention", grid)
+        check_heads(dim, heads, "WindowAttention")
+        grid = check_grid(grid, "WindowAttention")
+        field = TokenField(grid)
+        super().__init__(field, field, in_channels=dim)
+        self.grid = grid
         if window < 1 or self.grid[0] % window or self.grid[1] % window:
             raise GroupError(
                 f"WindowAttention: expected a grid divisible by window {window}, got {self.grid[0]}x{self.grid[1]}"
@@ -123,7 +129,6 @@ class WindowAttention(nn.Module):
         order and the input's frame. The baseline runs the same two gathers with a zero
         frame, so both variants cost the same apart from the polyphase norms.
         """
-        _check_tokens("WindowAttention", x, self.grid, 0, self.dim)
         b = x.shape[0]
         if self.anchored:
             frame = polyphase_phase(x, self.window, self.norm, self.grid)[0]
@@ -139,14 +144,14 @@ class WindowAttention(nn.Module):
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """See the class docstring."""
-        stride = _grid_stride(group, self.grid)
+        stride = torus_stride(group, self.grid)
         reason = None
         if stride is not None and not self.anchored and stride % self.window:
             reason = (
                 "window attention without anchoring is not translation-equivariant: windows do not "
                 f"move with shifts that are not multiples of the window size {self.window}"
             )
-        return _token_contract("WindowAttention", group, self.grid, 0, reason)
+        return translation_contract("WindowAttention", group, self.grid, 0, reason)
 
     def extra_repr(self) -> str:
         return (

@@ -59,14 +59,9 @@ def _check_norm(module: str, norm: str) -> float:
 def _spatial_shape(module: str, x: torch.Tensor, grid: tuple[int, int] | None) -> tuple[int, int]:
     """``(H, W)`` of an image batch ``(B, C, H, W)`` or a token batch ``(B, H·W, C)``."""
     if grid is None:
-        if x.dim() != 4:
-            raise GroupError(f"{module}: expected an image batch (B, C, H, W), got a tensor of shape {tuple(x.shape)}")
+        GridField().check(x, module)
         return int(x.shape[2]), int(x.shape[3])
-    if x.dim() != 3 or x.shape[1] != grid[0] * grid[1]:
-        raise GroupError(
-            f"{module}: expected tokens (B, N={grid[0] * grid[1]}, C) over a {grid[0]}x{grid[1]} grid, "
-            f"got a tensor of shape {tuple(x.shape)}"
-        )
+    TokenField(grid).check(x, module)
     return grid
 
 

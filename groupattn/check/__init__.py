@@ -14,7 +14,7 @@ when its body cannot be verified.
 """
 
 from ..groups import GROUP_NAMES, group_from_name
-from ._certificate import BreakInfo, Certificate, Verdict, VerificationReport
+from ._certificate import EXIT_CODES, BreakInfo, Certificate, Verdict, VerificationReport
 from ._certify import certify, default_input_type
 from ._checker import OutputInfo
 from ._layout import Atom, LayoutField, describe_layout
@@ -31,6 +31,7 @@ from ._verify import (
 )
 
 __all__ = [
+    "EXIT_CODES",
     "GROUP_NAMES",
     "Atom",
     "BreakInfo",

@@ -16,7 +16,21 @@ from ..actions import FieldType
 from ..groups import Group, GroupElement
 from ._propagate import NodeRecord
 
-__all__ = ["BreakInfo", "Certificate", "Verdict", "VerificationReport"]
+__all__ = ["EXIT_CODES", "BreakInfo", "Certificate", "Verdict", "VerificationReport"]
+
+#: Exit codes of ``groupattn check`` by status (the JSON repeats them as ``"status"`` and
+#: ``"exit_code"``). 1 is Python's code for an uncaught exception, so a crash is never
+#: read as a verdict.
+EXIT_CODES: dict[str, int] = {
+    "certified": 0,
+    "runtime_error": 1,
+    "usage_error": 2,
+    "broken": 3,
+    "unverified": 4,
+    "disagreement": 5,
+}
+"""Exit codes of ``groupattn check`` by status: 0 certified, 1 runtime error, 2 usage error,
+3 broken, 4 unverified, 5 disagreement (certified, refuted numerically)."""
 
 
 class Verdict(str, Enum):
@@ -214,9 +228,19 @@ class Certificate:
         return self.verdict.certified
 
     @property
+    def status(self) -> str:
+        """``certified``, ``broken``, ``unverified`` or ``disagreement`` (certified by the
+        checker, refuted by the numerical check; the verdict is then ``unverified``)."""
+        if self.disagreements:
+            return "disagreement"
+        if self.certified:
+            return "certified"
+        return "broken" if self.verdict == Verdict.BROKEN else "unverified"
+
+    @property
     def exit_code(self) -> int:
-        """0 when certified, 1 when broken, 2 when unverified."""
-        return {Verdict.EQUIVARIANT: 0, Verdict.INVARIANT: 0, Verdict.BROKEN: 1}.get(self.verdict, 2)
+        """The command line's exit code for this certificate (see :data:`EXIT_CODES`)."""
+        return EXIT_CODES[self.status]
 
     # ------------------------------------------------------------------ text
     def summary(self) -> str:

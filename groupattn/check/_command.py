@@ -26,6 +26,7 @@ import torch
 
 from ..actions import FieldType
 from ..groups import GROUP_NAMES, Group, GroupError, group_from_name
+from ._certificate import EXIT_CODES
 
 __all__ = [
     "DEFAULT_VERIFY_BUDGET_S",
@@ -36,15 +37,6 @@ __all__ = [
     "run",
 ]
 
-#: Exit codes of ``groupattn check`` (also in the JSON as ``"status"`` and ``"exit_code"``).
-EXIT_CODES: dict[str, int] = {
-    "certified": 0,
-    "runtime_error": 1,
-    "usage_error": 2,
-    "broken": 3,
-    "unverified": 4,
-    "disagreement": 5,
-}
 
 _MEANINGS = {
     "certified": "certified equivariant or invariant, not refuted numerically",
@@ -128,11 +120,7 @@ def check_status(cert: Any) -> str:
     ``disagreement``: the checker certified the network and the numerical check refuted
     it (:func:`~groupattn.check.attach_verification` lists it and demotes the verdict).
     """
-    if cert.disagreements:
-        return "disagreement"
-    if cert.certified:
-        return "certified"
-    return "broken" if cert.verdict.value == "broken" else "unverified"
+    return str(cert.status)
 
 
 # ---------------------------------------------------------------------------- plan (no work)

@@ -12,7 +12,9 @@ leaf appears in the graph as one node whose inputs are its tensor arguments.
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
+import operator
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +23,8 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from ..canonical import record_canonicalizations
+from ..contracts import registered_contract
 from ._values import Unverifiable
 
 __all__ = ["Exported", "LeafCall", "export_for_check", "is_trusted_leaf"]
@@ -97,6 +101,24 @@ def _library_leaves() -> dict[type, Any]:
     }
 
 
+def _registry_entry(cls: type) -> Any:
+    """The contract registered for exactly ``cls`` (not inherited from a base class)."""
+    from ..contracts import _contract
+
+    return _contract._REGISTRY.get(cls, object())
+
+
+def _has_foreign_hooks(module: nn.Module) -> bool:
+    """Forward hooks, or pre-hooks other than the library's own input checks."""
+    if module._forward_hooks or getattr(module, "_forward_hooks_with_kwargs", None):
+        return True
+    for hook in module._forward_pre_hooks.values():
+        owner = getattr(getattr(hook, "__func__", hook), "__module__", "") or ""
+        if not (owner.startswith("groupattn.") and "check_input" in getattr(hook, "__name__", "")):
+            return True
+    return False
+
+
 def is_trusted_leaf(module: nn.Module, user_contracts: bool) -> bool:
     """Whether ``module`` is checked by its declared contract instead of its body.
 
@@ -107,14 +129,17 @@ def is_trusted_leaf(module: nn.Module, user_contracts: bool) -> bool:
     the checker's second pass, when its body could not be verified.
     """
     cls = type(module)
-    if not callable(getattr(module, "contract", None)):
+    if not callable(getattr(module, "contract", None)) and registered_contract(cls) is None:
         return False
+    if "forward" in module.__dict__ or _has_foreign_hooks(module):
+        return False  # what runs is not the class's forward: check the body instead
     condition = _library_leaves().get(cls)
     if condition is not None:
         return bool(condition(module))
-    if cls.__module__.startswith("groupattn.") or "contract" not in cls.__dict__:
+    if cls.__module__.startswith("groupattn."):
         return False
-    return user_contracts
+    declared = "contract" in cls.__dict__ or registered_contract(cls) is _registry_entry(cls)
+    return user_contracts and declared
 
 
 @dataclass
@@ -125,6 +150,7 @@ class Exported:
     leaf_calls: dict[int, LeafCall] = field(default_factory=dict)
     output_paths: list[str] = field(default_factory=list)
     outputs: Any = None
+    state_buffers: set[str] = field(default_factory=set)
 
 
 @contextlib.contextmanager
@@ -155,8 +181,11 @@ def _leaves_patched(model: nn.Module, leaves: dict[nn.Module, str], recorded: di
 
         return forward
 
+    saved: dict[nn.Module, Any] = {}
     try:
         for module, path in leaves.items():
+            if "forward" in module.__dict__:
+                saved[module] = module.__dict__["forward"]
             module._groupattn_original_forward = module.forward  # type: ignore[assignment]
             module.forward = make(module, path)  # type: ignore[method-assign]
             patched.append(module)
@@ -165,8 +194,35 @@ def _leaves_patched(model: nn.Module, leaves: dict[nn.Module, str], recorded: di
         for module in patched:
             del module.forward
             del module._groupattn_original_forward
+            if module in saved:
+                module.forward = saved[module]  # type: ignore[method-assign]
         for key in calls:
             _LEAF_CALLS.pop(key, None)
+
+
+def _already_functional(program: Any) -> bool:
+    """Whether the exported (training-IR) graph is already functional, so that the costly
+    decomposition can be skipped: no mutating operator, no higher-order operator, no
+    batch-norm (whose training-IR form hides its running-statistics update) and no
+    mutation listed in the graph signature."""
+    signature = program.graph_signature
+    for spec in signature.output_specs:
+        if spec.kind.name not in ("USER_OUTPUT",):
+            return False
+    for node in program.graph_module.graph.nodes:
+        if node.op != "call_function":
+            continue
+        target = node.target
+        if target is operator.getitem:
+            continue
+        schema = getattr(target, "_schema", None)
+        if schema is None or not isinstance(target, torch._ops.OpOverload):
+            return False
+        if schema.is_mutable or "batch_norm" in schema.name or "dropout" in schema.name:
+            return False
+        if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+            return False
+    return True
 
 
 def export_for_check(model: nn.Module, example: torch.Tensor, leaves: dict[nn.Module, str]) -> Exported:
@@ -184,18 +240,26 @@ def export_for_check(model: nn.Module, example: torch.Tensor, leaves: dict[nn.Mo
 
     handles = [m.register_forward_hook(hook) for m in leaves]
     try:
-        with torch.no_grad():
+        with torch.no_grad(), record_canonicalizations() as recorder:
             outputs = model(example.clone())
     except Exception as err:
         raise Unverifiable(f"{type(model).__name__}: the model fails on the example input ({type(err).__name__}: {err})") from err
     finally:
         for h in handles:
             h.remove()
+    tied = sum(event.num_tied for event in recorder) + sum(event.num_non_finite for event in recorder)
+    if tied:
+        raise Unverifiable(
+            f"{type(model).__name__}: a canonicalizer meets {tied} exact tie(s) or non-finite score(s) on the example "
+            "input; its choice is then not equivariant (certify with a generic random input; if ties persist, the "
+            "network builds them by construction)"
+        )
     with _leaves_patched(model, leaves, recorded) as calls:
         try:
             with torch.no_grad():
                 program = torch.export.export(model, (example.clone(),), strict=False)
-                program = program.run_decompositions({})
+                if not _already_functional(program):
+                    program = program.run_decompositions({})
         except Unverifiable:
             raise
         except Exception as err:
@@ -205,5 +269,71 @@ def export_for_check(model: nn.Module, example: torch.Tensor, leaves: dict[nn.Mo
                 "give the module that fails a contract, or make its forward traceable"
             ) from err
         kept = dict(calls)
+        traced = _replay(model, program, example)
+    _same_function(model, traced, example, outputs)
     paths = [pytree.keystr(p) for p, _ in pytree.tree_flatten_with_path(outputs)[0]]
-    return Exported(program, kept, paths, outputs)
+    return Exported(program, kept, paths, outputs, _trained_buffers(model, example))
+
+
+def _trained_buffers(model: nn.Module, example: torch.Tensor) -> set[str]:
+    """Names of the buffers that one training-mode forward pass (on a copy) changes."""
+    try:
+        twin = copy.deepcopy(model)
+    except Exception:
+        return {n for n, b in model.named_buffers() if b.is_floating_point()}  # cannot tell: all float buffers
+    before = {n: b.detach().clone() for n, b in twin.named_buffers()}
+    twin.train()
+    try:
+        with torch.no_grad():
+            twin(example.clone())
+    except Exception:
+        return {n for n, b in before.items() if b.is_floating_point()}
+    after = dict(twin.named_buffers())
+    return {n for n, b in before.items() if n in after and (after[n].shape != b.shape or not torch.equal(after[n], b))}
+
+
+def _close(first: Any, second: Any) -> bool:
+    a = [t for t in pytree.tree_leaves(first) if isinstance(t, torch.Tensor)]
+    b = [t for t in pytree.tree_leaves(second) if isinstance(t, torch.Tensor)]
+    return len(a) == len(b) and all(
+        x.shape == y.shape and bool(torch.allclose(x.detach().double(), y.detach().double(), rtol=1e-4, atol=1e-5, equal_nan=True))
+        for x, y in zip(a, b)
+    )
+
+
+def _replay(model: nn.Module, program: Any, example: torch.Tensor) -> Any:
+    try:
+        with torch.no_grad():
+            return program.module()(example.clone())
+    except Exception as err:
+        raise Unverifiable(f"{type(model).__name__}: its exported graph cannot be replayed ({type(err).__name__}: {err})") from err
+
+
+def _same_function(model: nn.Module, traced: Any, example: torch.Tensor, outputs: Any) -> None:
+    """The exported graph must compute what the model computes, with and without gradients.
+
+    A model that notices it is being traced (``torch.compiler.is_exporting()``, fake
+    tensors) or branches on the grad mode would otherwise be certified for a graph it
+    does not run.
+    """
+    with torch.no_grad():
+        again = model(example.clone())
+    if not _close(again, outputs):
+        raise Unverifiable(
+            f"{type(model).__name__}: its output differs between two evaluations on the same input: it draws "
+            "random numbers or keeps state between calls"
+        )
+    with torch.enable_grad():
+        live = model(example.clone())
+    for name, ref in (("with gradients enabled", live), ("without gradients", outputs)):
+        a = [t for t in pytree.tree_leaves(traced) if isinstance(t, torch.Tensor)]
+        b = [t for t in pytree.tree_leaves(ref) if isinstance(t, torch.Tensor)]
+        same = len(a) == len(b) and all(
+            x.shape == y.shape and bool(torch.allclose(x.detach().double(), y.detach().double(), rtol=1e-4, atol=1e-5, equal_nan=True))
+            for x, y in zip(a, b)
+        )
+        if not same:
+            raise Unverifiable(
+                f"{type(model).__name__}: the traced graph does not compute what the model computes {name} "
+                "(it branches on tracing or on the grad mode, or keeps state between calls)"
+            )

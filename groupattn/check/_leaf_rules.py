@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..actions import FieldType, GridField, InvariantField, LiftedField, TokenField, point_group_of
-from ..contracts import ContractError, Kind
+from ..contracts import ContractError, Kind, contract_of
 from ..groups import FiniteGroup, Group, GroupElement, GroupError, TorusTranslations
 from ._export import LeafCall
 from ._values import (
@@ -204,7 +204,7 @@ def recognise(value: Moving, preferred: list[tuple[FieldType, Group]]) -> tuple[
 
 def _declared_input(module: Any, group: Group) -> FieldType | None:
     try:
-        c = module.contract(group, None)
+        c = contract_of(module, group, None)
     except (ContractError, GroupError, ValueError):
         return None
     t = c.input_type[0] if isinstance(c.input_type, tuple) else c.input_type
@@ -235,6 +235,12 @@ def leaf_rule(name: str, leaf: LeafCall, inputs: list[Any], out_meta: Any, frame
         return [Moving(tuple(int(s) for s in m.shape), m.dtype, frame, None) for m in metas]
     last_error = "no group it declares a contract for acts on its input like this"
     for group in candidate_groups(frame.group, x.shape):
+        try:
+            stated = contract_of(module, group, None)
+        except (ContractError, GroupError, ValueError):
+            stated = None
+        if stated is not None and stated.kind == Kind.BREAKS:
+            raise Breaks(f"{label}: {stated.reason or 'declares that it breaks equivariance'}")
         in_type = _declared_input(module, group)
         if in_type is None:
             continue
@@ -243,7 +249,7 @@ def leaf_rule(name: str, leaf: LeafCall, inputs: list[Any], out_meta: Any, frame
             last_error = f"its input does not move as the declared {in_type.describe()} under {group.name}"
             continue
         try:
-            contract = module.contract(group, in_type)
+            contract = contract_of(module, group, in_type)
         except (ContractError, GroupError, ValueError) as err:
             last_error = str(err)
             continue

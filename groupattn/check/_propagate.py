@@ -30,6 +30,11 @@ RANDOM_OPS_WITH_RULES = frozenset(
     {"aten::dropout", "aten::native_dropout", "aten::feature_dropout", "aten::alpha_dropout", "aten::scaled_dot_product_attention"}
 )
 
+#: Operators that only check shapes or values at run time and produce nothing.
+ASSERTION_OPS = frozenset(
+    {"aten::_assert_tensor_metadata", "aten::_assert_scalar", "aten::_assert_async", "aten::sym_constrain_range", "aten::sym_constrain_range_for_size"}
+)
+
 __all__ = ["Failed", "NodeRecord", "Propagation", "input_maps", "propagate_graph"]
 
 
@@ -146,30 +151,45 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.float64) if t.is_floating_point() else t
 
 
+def _free(t: torch.Tensor, seed: int) -> Constant:
+    return Constant(_draw(t, seed), _draw(t, seed + 1))
+
+
 def _placeholder_values(exported: Exported, model: nn.Module) -> dict[str, Any]:
-    """Constants for parameters (two random draws), buffers and lifted constants (their value)."""
+    """Constants for the graph's inputs other than the model's input.
+
+    Floating-point parameters (trainable or frozen — fine-tuning unfreezes them), buffers
+    that a training-mode forward pass changes (running statistics, moving averages),
+    buffers sharing storage with a parameter, and lifted tensors that require gradients
+    are *free*: two independent random draws. Other buffers and constants keep their
+    values (index tables, fixed encodings).
+    """
     program = exported.program
     params = dict(model.named_parameters(remove_duplicate=False))
+    storages = {p.untyped_storage().data_ptr() for p in params.values() if p.numel()}
     values: dict[str, Any] = {}
     for i, spec in enumerate(program.graph_signature.input_specs):
         kind = spec.kind.name
         name = spec.arg.name
         target = spec.target
+        seed = 1000 + 2 * i
         if kind == "PARAMETER":
             p = params.get(target)
-            if p is None:
-                p = program.state_dict[target]
-            t = p.detach()
-            if t.is_floating_point() and getattr(p, "requires_grad", True):
-                values[name] = Constant(_draw(t, 1000 + 2 * i), _draw(t, 1001 + 2 * i))
+            t = (p if p is not None else program.state_dict[target]).detach()
+            values[name] = _free(t, seed) if t.is_floating_point() else Constant(t, t)
+        elif kind == "BUFFER":
+            t = (program.state_dict[target] if target in program.state_dict else program.constants[target]).detach()
+            aliased = t.numel() > 0 and t.untyped_storage().data_ptr() in storages
+            if t.is_floating_point() and (target in exported.state_buffers or aliased):
+                values[name] = _free(t, seed)
             else:
                 values[name] = Constant(_wide(t), _wide(t))
-        elif kind == "BUFFER":
-            t = _wide(program.state_dict[target] if target in program.state_dict else program.constants[target])
-            values[name] = Constant(t, t)
         elif kind == "CONSTANT_TENSOR":
-            t = _wide(program.constants[target])
-            values[name] = Constant(t, t)
+            t = program.constants[target]
+            if t.is_floating_point() and t.requires_grad:
+                values[name] = _free(t.detach(), seed)
+            else:
+                values[name] = Constant(_wide(t), _wide(t))
         elif kind == "USER_INPUT":
             continue
         else:
@@ -231,6 +251,16 @@ def _to_plain(value: Any, draw: int) -> Any:
         return [_to_plain(v, draw) for v in value]
     if isinstance(value, tuple):
         return tuple(_to_plain(v, draw) for v in value)
+    return value
+
+
+def _wide_all(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return _wide(value)
+    if isinstance(value, list):
+        return [_wide_all(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_wide_all(v) for v in value)
     return value
 
 
@@ -392,6 +422,8 @@ def _evaluate(node: Any, name: str, args: Any, kwargs: Any, leaf: LeafCall | Non
         return leaf_rule(name, leaf, list(args[1]), node.meta.get("val"), frame_counter)
     if not hasattr(target, "_schema"):
         raise Unverifiable(f"{name}: {getattr(target, '__name__', target)} is not an ATen operator (a higher-order operator or Python function)")
+    if target._schema.name in ASSERTION_OPS:
+        return None
     tags = getattr(target, "tags", ())
     if torch.Tag.nondeterministic_seeded in tags and target._schema.name not in RANDOM_OPS_WITH_RULES:
         raise Unverifiable(f"{name} ({target.name()}): draws random numbers")
@@ -400,8 +432,13 @@ def _evaluate(node: Any, name: str, args: Any, kwargs: Any, leaf: LeafCall | Non
         raise Unverifiable(f"{name} ({target.name()}): uses {poison.reason}, which the checker does not track")
     if not _has_input_value((args, kwargs)):
         with torch.no_grad():
-            first = target(*_to_plain(args, 0), **{k: _to_plain(v, 0) for k, v in kwargs.items()})
-            second = target(*_to_plain(args, 1), **{k: _to_plain(v, 1) for k, v in kwargs.items()})
+            try:
+                first = target(*_to_plain(args, 0), **{k: _to_plain(v, 0) for k, v in kwargs.items()})
+                second = target(*_to_plain(args, 1), **{k: _to_plain(v, 1) for k, v in kwargs.items()})
+            except RuntimeError:
+                # constants are carried in float64; a float32 tensor made in forward may not mix
+                first = target(*_wide_all(_to_plain(args, 0)), **{k: _wide_all(_to_plain(v, 0)) for k, v in kwargs.items()})
+                second = target(*_wide_all(_to_plain(args, 1)), **{k: _wide_all(_to_plain(v, 1)) for k, v in kwargs.items()})
         if isinstance(first, list | tuple):
             return type(first)(Constant(a, b) for a, b in zip(first, second))
         return Constant(first, second)

@@ -380,17 +380,30 @@ def _place_fills_by_consensus(found: torch.Tensor, from_moving: torch.Tensor, ke
     # the target row of each row, read off its copied entries
     target_row = torch.full((nrows,), -1, dtype=torch.long)
     target_row[row_of[moving]] = row_of[found[moving]]
-    # consensus permutation of window positions
-    pairs = torch.unique(torch.stack([ent_of[moving], ent_of[found[moving]]], 1), dim=0)
-    counts = torch.bincount(pairs[:, 0], minlength=width)
-    pi = torch.full((width,), -1, dtype=torch.long)
-    single = counts[pairs[:, 0]] == 1
-    pi[pairs[single, 0]] = pairs[single, 1]
+    # candidate permutations of window positions: those of windows without constants
+    perm_rows = torch.full((nrows, width), -1, dtype=torch.long)
+    perm_rows[row_of[moving], ent_of[moving]] = ent_of[found[moving]]
+    complete = (perm_rows >= 0).all(dim=1)
+    if not bool(complete.any()):
+        return
+    candidates = torch.unique(perm_rows[complete], dim=0)[:16]
+    fill_mask = perm_rows < 0
+    chosen = torch.full((nrows,), -1, dtype=torch.long)
+    key_grid = keys[layout]  # (nrows, width)
+    valid_target = target_row >= 0
+    for ci, pi in enumerate(candidates):
+        agrees = ((perm_rows == pi[None, :]) | fill_mask).all(dim=1)
+        tgt = layout[target_row.clamp(min=0)][:, pi]  # where each window position would go
+        same_fill = ((keys[tgt] == key_grid) | ~fill_mask).all(dim=1)
+        ok = agrees & same_fill & valid_target & (chosen < 0)
+        chosen[ok] = ci
     rows_f, ents_f = row_of[fills], ent_of[fills]
-    ok = (target_row[rows_f] >= 0) & (pi[ents_f] >= 0)
-    cand = torch.where(ok, layout[target_row[rows_f].clamp(min=0), pi[ents_f].clamp(min=0)], fills)
-    same = ok & (keys[cand] == keys[fills])
-    found[fills[same]] = cand[same]
+    has = chosen[rows_f] >= 0
+    if not bool(has.any()):
+        return
+    pis = candidates[chosen[rows_f].clamp(min=0), ents_f]
+    cand = layout[target_row[rows_f].clamp(min=0), pis]
+    found[fills[has]] = cand[has]
 
 
 def _place_fills_like_operand(found: torch.Tensor, from_moving: torch.Tensor, keys: torch.Tensor, data: list[Any], shape: tuple[int, ...], g_index: int) -> None:
@@ -568,7 +581,7 @@ def contract(a: Any, la: str, b: Any, lb: str, lo: str, dtype: torch.dtype, what
     grid = _grid(lo, sizes)
     maps = []
     for g in range(len(frame.generators)):
-        fa = _factor(a, la, batch, free_a, summed, sizes, g, what)
+        fa = _factor(a, la, batch, free_a, summed, sizes, g, what, None if b_moving else batch + free_a)
         if b_moving:
             fb = _factor(b, lb, batch, free_b, summed, sizes, g, what)
             for ch in batch:
@@ -580,7 +593,7 @@ def contract(a: Any, la: str, b: Any, lb: str, lo: str, dtype: torch.dtype, what
                     raise Breaks(f"{what}: its two operands move differently along the summed index {ch}")
             functions = {**fa, **{ch: fb[ch] for ch in free_b}}
         else:
-            functions = {**fa, **_absorb_constant(b, lb, batch, free_b, summed, sizes, fa, what)}
+            functions = {**fa, **_absorb_constant(b, lb, batch, free_b, summed, sizes, fa, what, free_a)}
         coords = []
         for ch in lo:
             func, letters = functions[ch]
@@ -608,20 +621,31 @@ def _grid(letters: str, sizes: dict[str, int]) -> dict[str, torch.Tensor]:
 
 
 def _factor(
-    v: Moving, letters: str, batch: list[str], free: list[str], summed: list[str], sizes: dict[str, int], g: int, what: str
+    v: Moving,
+    letters: str,
+    batch: list[str],
+    free: list[str],
+    summed: list[str],
+    sizes: dict[str, int],
+    g: int,
+    what: str,
+    summed_context: list[str] | None = None,
 ) -> dict[str, Any]:
     """Source coordinate of each letter as a function of the letters it may depend on.
 
     Batch letters may depend on batch letters only; free letters on batch and free
-    letters; summed letters on batch and summed letters, one-to-one for each batch index.
+    letters; summed letters on batch and summed letters — or on ``summed_context``
+    (batch and free letters) when the other operand is a constant that can absorb a
+    permutation of the summed index per free index — one-to-one for each context.
     Returns ``{letter: (function tensor, argument letters)}``.
     """
     shape = v.shape
     m = v.moves[g] if v.moves is not None else torch.arange(v.numel)
     src = coordinates(m, shape)
     pos = {ch: i for i, ch in enumerate(letters)}
+    context = summed_context if summed_context is not None else batch
     result: dict[str, Any] = {}
-    for group_letters, allowed_letters in ((batch, batch), (free, batch + free), (summed, batch + summed)):
+    for group_letters, allowed_letters in ((batch, batch), (free, batch + free), (summed, context + summed)):
         allowed = {pos[c] for c in allowed_letters if c in pos}
         for ch in group_letters:
             if ch not in pos:
@@ -638,73 +662,75 @@ def _factor(
             result[ch] = (func, "".join(args))
     if summed:
         ssz = [sizes[c] for c in summed]
-        flat = flat_index([_expand_to(result[c], batch, summed, sizes, pos).reshape(-1) for c in summed], tuple(ssz))
+        ctx = [c for c in context if c in pos]
+        flat = flat_index([_on_grid(result[c], "".join(ctx + summed), sizes).reshape(-1) for c in summed], tuple(ssz))
         rows = flat.reshape(-1, _numel(ssz))
         if not bool((rows.sort(dim=1).values == torch.arange(_numel(ssz))).all()):
             raise Unverifiable(f"{what}: the group does not permute the summed entries one-to-one")
     return result
 
 
-def _expand_to(fn: tuple[torch.Tensor, str], batch: list[str], summed: list[str], sizes: dict[str, int], pos: dict[str, int]) -> torch.Tensor:
-    func, args = fn
-    target = [c for c in batch if c in pos] + summed
-    grid = _grid("".join(target), sizes)
-    return func[tuple(grid[c] for c in args)] if args else func.expand([sizes[c] for c in target])
-
-
 def _absorb_constant(
-    b: Constant, lb: str, batch: list[str], free: list[str], summed: list[str], sizes: dict[str, int], fa: dict[str, Any], what: str
+    b: Constant,
+    lb: str,
+    batch: list[str],
+    free: list[str],
+    summed: list[str],
+    sizes: dict[str, int],
+    fa: dict[str, Any],
+    what: str,
+    free_a: list[str] | None = None,
 ) -> dict[str, Any]:
     """Free-letter functions of a constant operand that absorbs the moving operand's permutation.
 
-    Needs, for every batch index ``β`` and free index ``j``, an index ``j'`` with
-    ``b[β(β₀), k', j'] = b[β₀, τ⁻¹(k'), j]`` for all ``k'`` (values equal in both draws).
+    For every context ``c`` (batch and the moving operand's free indices) the summed
+    index moves by a permutation ``τ_c``; needs an index ``j'`` per ``(c, j)`` with
+    ``b[β(c), k', j'] = b[c, τ_c⁻¹(k'), j]`` for all ``k'`` (values equal in both draws).
     """
     b_batch = [c for c in batch if c in lb]
     if [c for c in batch if c not in lb]:
         raise Unverifiable(f"{what}: a batch index missing from one operand")
+    ctx = b_batch + list(free_a or [])
     order = b_batch + summed + free
     perm = [lb.index(c) for c in order]
     cls = value_classes(b.first, b.second).reshape(tuple(int(s) for s in b.first.shape)).permute(perm)
     nb = _numel([sizes[c] for c in b_batch])
     nk = _numel([sizes[c] for c in summed])
     nj = _numel([sizes[c] for c in free])
+    nctx = _numel([sizes[c] for c in ctx])
     cls3 = cls.reshape(nb, nk, nj)
-    bgrid = _grid("".join(b_batch), sizes)
-    # β as a flat map over batch indices, τ as a flat map (nb, nk)
+    ctx_s = "".join(ctx)
+    # the batch index of B for each context, and where the group sends it (β)
+    bidx = flat_index([g.reshape(-1) for g in (_grid(ctx_s, sizes)[c] for c in b_batch)], tuple(sizes[c] for c in b_batch)) if b_batch else torch.zeros(nctx, dtype=torch.long)
     if b_batch:
-        beta_coords = [fa[c][0][tuple(bgrid[x] for x in fa[c][1])] if fa[c][1] else fa[c][0].expand([sizes[x] for x in b_batch]) for c in b_batch]
-        beta = flat_index([t.reshape(-1) for t in beta_coords], tuple(sizes[c] for c in b_batch))
+        beta = flat_index([_on_grid(fa[c], ctx_s, sizes).reshape(-1) for c in b_batch], tuple(sizes[c] for c in b_batch))
     else:
-        beta = torch.zeros(1, dtype=torch.long)
+        beta = torch.zeros(nctx, dtype=torch.long)
     if summed:
-        bk = "".join(b_batch) + "".join(summed)
-        kgrid = _grid(bk, sizes)
-        tau_coords = [fa[c][0][tuple(kgrid[x] for x in fa[c][1])] if fa[c][1] else fa[c][0].expand([sizes[x] for x in bk]) for c in summed]
-        tau = flat_index([t.reshape(-1) for t in tau_coords], tuple(sizes[c] for c in summed)).reshape(nb, nk)
+        tau = flat_index([_on_grid(fa[c], ctx_s + "".join(summed), sizes).reshape(-1) for c in summed], tuple(sizes[c] for c in summed)).reshape(nctx, nk)
     else:
-        tau = torch.zeros(nb, 0, dtype=torch.long)
-    identity = bool(torch.equal(beta, torch.arange(nb))) and bool(torch.equal(tau, torch.arange(nk).expand(nb, nk)))
+        tau = torch.zeros(nctx, 0, dtype=torch.long)
+    identity = bool(torch.equal(beta, bidx)) and bool(torch.equal(tau, torch.arange(nk).expand(nctx, nk)))
     if identity:
-        gamma = torch.arange(nj).expand(nb, nj)
+        gamma = torch.arange(nj).expand(nctx, nj)
     else:
         tau_inv = torch.argsort(tau, dim=1)
-        # column of b at (β₀, j) read through τ⁻¹: moved[β₀, k', j] = cls3[β₀, τ⁻¹(k'), j]
-        moved = torch.gather(cls3, 1, tau_inv[:, :, None].expand(nb, nk, nj))
+        # the column of b at (context, j) read through τ⁻¹: moved[c, k', j] = cls3[b(c), τ_c⁻¹(k'), j]
+        moved = torch.gather(cls3[bidx], 1, tau_inv[:, :, None].expand(nctx, nk, nj))
         keys = torch.cat([torch.arange(nb)[:, None].expand(nb, nj).reshape(-1, 1), cls3.permute(0, 2, 1).reshape(nb * nj, nk)], dim=1)
-        targets = torch.cat([beta[:, None].expand(nb, nj).reshape(-1, 1), moved.permute(0, 2, 1).reshape(nb * nj, nk)], dim=1)
+        targets = torch.cat([beta[:, None].expand(nctx, nj).reshape(-1, 1), moved.permute(0, 2, 1).reshape(nctx * nj, nk)], dim=1)
         found = lookup_rows(keys, targets)
         if found is None:
             raise Breaks(
                 f"{what}: a weight of shape {tuple(b.first.shape)} is not invariant under the way the group permutes "
                 "the summed index (e.g. an unconstrained convolution kernel under rotations)"
             )
-        gamma = (found % max(nj, 1)).reshape(nb, nj)
-    # γ as per-letter functions of (batch, free)
+        gamma = (found % max(nj, 1)).reshape(nctx, nj)
+    # γ as per-letter functions of (context, free)
     free_sizes = tuple(sizes[c] for c in free)
     gcoords = coordinates(gamma.reshape(-1), free_sizes) if free else []
     out: dict[str, Any] = {}
-    shape_bf = [sizes[c] for c in b_batch] + list(free_sizes)
+    shape_cf = [sizes[c] for c in ctx] + list(free_sizes)
     for c, t in zip(free, gcoords):
-        out[c] = (t.reshape(shape_bf), "".join(b_batch) + "".join(free))
+        out[c] = (t.reshape(shape_cf), ctx_s + "".join(free))
     return out

@@ -1,4 +1,9 @@
-"""Contracts: the promise every module declares (input → output field type, and a kind)."""
+"""Contracts: the promise every module declares (input → output field type, and a kind).
+
+:class:`EquivariantModule` is the base class of modules that declare their input and
+output field types: it checks every input against ``in_type`` and derives a default
+contract from the types.
+"""
 
 from ._contract import (
     Contract,
@@ -9,11 +14,13 @@ from ._contract import (
     register_contract,
     registered_contract,
 )
+from ._module import EquivariantModule
 
 __all__ = [
     "Contract",
     "ContractError",
     "DeclaresContract",
+    "EquivariantModule",
     "Kind",
     "contract_of",
     "register_contract",

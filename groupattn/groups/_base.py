@@ -15,12 +15,14 @@ __all__ = ["ENUMERATION_BUDGET", "WORD_BUDGET", "FiniteGroup", "Group", "GroupEl
 #: without listing it (a formula, or Schreier–Sims for permutation groups) and exceeds
 #: this is refused with :class:`GroupError` before anything is listed.
 ENUMERATION_BUDGET = 1_000_000
+"""The most elements ``elements()`` (and what needs the list) enumerates; larger groups raise ``GroupError``."""
 
 #: The most elements the default :meth:`FiniteGroup.word` visits in its breadth-first
 #: search of the Cayley graph; larger groups are refused with :class:`GroupError`
 #: (permutation groups, cyclic, dihedral, translation and product groups compute words
 #: without that search).
 WORD_BUDGET = 100_000
+"""The most elements the default breadth-first ``FiniteGroup.word`` visits."""
 
 
 _GENERIC_BASES = frozenset({"Group", "FiniteGroup", "ABC", "object"})

@@ -1,5 +1,9 @@
-"""Building blocks: patch embedding, patch merging, MLP, transformer blocks, class token."""
+"""Building blocks: patch embedding, patch merging, MLP, transformer blocks, class token.
 
+:class:`EquivariantModule` (defined in :mod:`groupattn.contracts`) is re-exported here.
+"""
+
+from ..contracts import EquivariantModule
 from ._blocks import TransformerBlock, chain_contract
 from ._group import (
     GroupBlock,
@@ -15,7 +19,6 @@ from ._group_patch import AbsolutePositionEmbedding, LiftedPatchEmbedding, Lifti
 from ._heads import ClassToken, ClassTokenReadout
 from ._merge import PatchMerging
 from ._mlp import MLP
-from ._module import EquivariantModule
 from ._patch import PatchEmbedding
 
 __all__ = [

@@ -17,7 +17,7 @@ from ..actions import (
 )
 from ..attention._group_attention import GroupSelfAttention, resolve_point_group
 from ..canonical import AdaptivePolyphaseDownsample
-from ..contracts import Contract
+from ..contracts import Contract, EquivariantModule
 from ..groups import Group, GroupError, PointGroup, RotoTranslationGroup, TorusTranslations
 
 __all__ = [
@@ -30,15 +30,6 @@ __all__ = [
     "LiftedPolyphaseDownsample",
     "SymmetricConvStem",
 ]
-
-
-def _check_lifted(module: str, x: torch.Tensor, point_group: PointGroup, channels: int | None = None) -> None:
-    g = point_group.order()
-    if x.dim() != 5 or x.shape[2] != g or (channels is not None and x.shape[1] != channels):
-        c = "C" if channels is None else f"C={channels}"
-        raise GroupError(
-            f"{module}: expected a lifted field (B, {c}, |{point_group.name}|={g}, H, W), got shape {tuple(x.shape)}"
-        )
 
 
 def _pointwise_contract(
@@ -57,8 +48,11 @@ def _pointwise_contract(
     return Contract.equivariant(in_t, out_t)
 
 
-class GroupPooling(nn.Module):
+class GroupPooling(EquivariantModule):
     """Pool over the group axis: ``(B, C, |H|, H, W) → (B, C, H, W)`` (max or mean).
+
+    An :class:`~groupattn.contracts.EquivariantModule` from ``LiftedField(H)`` to
+    ``GridField()``: calling it checks the input is a lifted field of ``H``.
 
     Contract: equivariant ``LiftedField(H) → GridField`` (the group axis is permuted,
     pooling forgets the permutation).
@@ -72,14 +66,14 @@ class GroupPooling(nn.Module):
     """
 
     def __init__(self, point_group: PointGroup | str, mode: str = "max") -> None:
-        super().__init__()
-        self.point_group = resolve_point_group(point_group, "GroupPooling")
+        pg = resolve_point_group(point_group, "GroupPooling")
+        super().__init__(LiftedField(pg), GridField())
+        self.point_group = pg
         if mode not in ("max", "mean"):
             raise GroupError(f"GroupPooling: expected mode 'max' or 'mean', got {mode!r}")
         self.mode = mode
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _check_lifted("GroupPooling", x, self.point_group)
         return x.amax(dim=2) if self.mode == "max" else x.mean(dim=2)
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
@@ -90,8 +84,12 @@ class GroupPooling(nn.Module):
         return f"{self.point_group.name}, mode={self.mode}"
 
 
-class GroupGlobalPool(nn.Module):
+class GroupGlobalPool(EquivariantModule):
     """Pool over the group axis and space: ``(B, C, |H|, H, W) → (B, C)``.
+
+    An :class:`~groupattn.contracts.EquivariantModule` from ``LiftedField(H)`` to
+    :class:`~groupattn.actions.InvariantField`: calling it checks the input is a lifted
+    field of ``H``.
 
     Contract: invariant (every element permutes the pooled positions).
 
@@ -112,8 +110,9 @@ class GroupGlobalPool(nn.Module):
     """
 
     def __init__(self, point_group: PointGroup | str, mode: str = "max", spatial: str = "mean") -> None:
-        super().__init__()
-        self.pool = GroupPooling(point_group, mode)
+        pool = GroupPooling(point_group, mode)
+        super().__init__(LiftedField(pool.point_group), InvariantField())
+        self.pool = pool
         self.point_group = self.pool.point_group
         if spatial not in ("mean", "max"):
             raise GroupError(f"GroupGlobalPool: expected spatial pooling 'mean' or 'max', got {spatial!r}")
@@ -130,8 +129,11 @@ class GroupGlobalPool(nn.Module):
         )
 
 
-class GroupLayerNorm(nn.Module):
+class GroupLayerNorm(EquivariantModule):
     """Layer normalisation over channels and the group axis, per position.
+
+    An :class:`~groupattn.contracts.EquivariantModule` from ``LiftedField(H)`` to
+    itself: calling it checks the input is ``(B, channels, |H|, H, W)``.
 
     Statistics are taken over ``(C, |H|)`` at each pixel, so permuting the group axis
     or moving pixels leaves them unchanged; the affine scale and shift are per channel,
@@ -150,15 +152,15 @@ class GroupLayerNorm(nn.Module):
     """
 
     def __init__(self, channels: int, point_group: PointGroup | str, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.point_group = resolve_point_group(point_group, "GroupLayerNorm")
+        pg = resolve_point_group(point_group, "GroupLayerNorm")
+        super().__init__(LiftedField(pg), LiftedField(pg), in_channels=channels)
+        self.point_group = pg
         self.channels = channels
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(channels))
         self.bias = nn.Parameter(torch.zeros(channels))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _check_lifted("GroupLayerNorm", x, self.point_group, self.channels)
         mean = x.mean(dim=(1, 2), keepdim=True)
         var = x.var(dim=(1, 2), keepdim=True, unbiased=False)
         y = (x - mean) * torch.rsqrt(var + self.eps)
@@ -173,8 +175,11 @@ class GroupLayerNorm(nn.Module):
         return f"{self.channels}, {self.point_group.name}"
 
 
-class GroupMLP(nn.Module):
+class GroupMLP(EquivariantModule):
     """Pointwise MLP on channels, shared across positions and the group axis.
+
+    An :class:`~groupattn.contracts.EquivariantModule` from ``LiftedField(H)`` to
+    itself: calling it checks the input is ``(B, channels, |H|, H, W)``.
 
     ``Linear(C, hidden) → GELU → Linear(hidden, C_out)`` applied to every
     ``(h, x)`` token of ``(B, C, |H|, H, W)``.
@@ -196,15 +201,15 @@ class GroupMLP(nn.Module):
     def __init__(
         self, channels: int, hidden: int, point_group: PointGroup | str, out_channels: int | None = None
     ) -> None:
-        super().__init__()
-        self.point_group = resolve_point_group(point_group, "GroupMLP")
+        pg = resolve_point_group(point_group, "GroupMLP")
+        super().__init__(LiftedField(pg), LiftedField(pg), in_channels=channels)
+        self.point_group = pg
         self.channels = channels
         self.fc1 = nn.Linear(channels, hidden)
         self.act = nn.GELU()
         self.fc2 = nn.Linear(hidden, out_channels or channels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _check_lifted("GroupMLP", x, self.point_group, self.channels)
         y = self.fc2(self.act(self.fc1(x.movedim(1, -1))))
         return y.movedim(-1, 1)
 
@@ -272,8 +277,11 @@ class GroupBlock(nn.Module):
         return self.attention.contract(group, input_type)
 
 
-class LiftedAvgPool(nn.Module):
+class LiftedAvgPool(EquivariantModule):
     """Strided average pooling of lifted fields: ``(B, C, |H|, H, W) → (B, C, |H|, H/s, W/s)``.
+
+    An :class:`~groupattn.contracts.EquivariantModule` from ``LiftedField(H)`` to
+    itself: calling it checks the input is a lifted field of ``H``.
 
     With ``s`` dividing the (square) grid side, the ``s × s`` cells are mapped onto each
     other by the rotations and reflections about the centre, so the layer is exactly
@@ -294,14 +302,14 @@ class LiftedAvgPool(nn.Module):
     """
 
     def __init__(self, point_group: PointGroup | str, stride: int = 2) -> None:
-        super().__init__()
-        self.point_group = resolve_point_group(point_group, "LiftedAvgPool")
+        pg = resolve_point_group(point_group, "LiftedAvgPool")
         if stride < 1:
             raise GroupError(f"LiftedAvgPool: expected a stride >= 1, got {stride}")
+        super().__init__(LiftedField(pg), LiftedField(pg))
+        self.point_group = pg
         self.stride = stride
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _check_lifted("LiftedAvgPool", x, self.point_group)
         b, c, g, h, w = x.shape
         s = self.stride
         if h % s or w % s:
@@ -331,8 +339,11 @@ class LiftedAvgPool(nn.Module):
         return _pointwise_contract("LiftedAvgPool", self.point_group, group, t, t)
 
 
-class LiftedPolyphaseDownsample(nn.Module):
+class LiftedPolyphaseDownsample(EquivariantModule):
     """Anchored stride-``s`` subsampling of lifted fields: ``(B, C, |H|, H, W) → (B, C, |H|, H/s, W/s)``.
+
+    An :class:`~groupattn.contracts.EquivariantModule` from ``LiftedField(H)`` to
+    itself: calling it checks the input is a lifted field of ``H``.
 
     Adaptive polyphase sampling on the whole lifted field: of the ``s²`` polyphase
     components ``x[..., py::s, px::s]`` it keeps the one of largest norm, the norm taken
@@ -378,13 +389,13 @@ class LiftedPolyphaseDownsample(nn.Module):
         norm: str = "l2",
         image_size: tuple[int, int] | None = None,
     ) -> None:
-        super().__init__()
-        self.point_group = resolve_point_group(point_group, "LiftedPolyphaseDownsample")
-        if not self.point_group.acts_exactly_on_grid:
+        pg = resolve_point_group(point_group, "LiftedPolyphaseDownsample")
+        if not pg.acts_exactly_on_grid:
             raise GroupError(
-                "LiftedPolyphaseDownsample: expected a point group acting exactly on the grid, "
-                f"got {self.point_group.name}"
+                f"LiftedPolyphaseDownsample: expected a point group acting exactly on the grid, got {pg.name}"
             )
+        super().__init__(LiftedField(pg), LiftedField(pg))
+        self.point_group = pg
         self.sampler = AdaptivePolyphaseDownsample(stride, norm)  # type: ignore[arg-type]
         self.image_size = image_size
 
@@ -394,7 +405,6 @@ class LiftedPolyphaseDownsample(nn.Module):
         return self.sampler.stride
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _check_lifted("LiftedPolyphaseDownsample", x, self.point_group)
         b, c, g, h, w = x.shape
         if h % self.stride or w % self.stride:
             raise GroupError(

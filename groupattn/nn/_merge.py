@@ -8,18 +8,20 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from ..actions import TokenField
+from ..actions import TokenField, check_grid, torus_stride
 from ..canonical import gather_tokens, polyphase_phase, shifted_token_index
 from ..canonical._polyphase import Norm
-from ..contracts import Contract
+from ..contracts import Contract, EquivariantModule
 from ..groups import Group, GroupError, TorusTranslations
-from ..positional._translation import _check_grid, _check_tokens, _grid_stride
 
 __all__ = ["PatchMerging"]
 
 
-class PatchMerging(nn.Module):
+class PatchMerging(EquivariantModule):
     """Concatenate each ``2 × 2`` block of tokens, normalise and project (Swin's patch merging).
+
+    An :class:`~groupattn.contracts.EquivariantModule` from ``TokenField(grid)`` to
+    ``TokenField(grid / 2)``: calling it checks the input is ``(B, h·w, dim)``.
 
     With ``anchored=True`` the token grid is polyphase-anchored with stride 2 first, so
     the ``2 × 2`` blocks move with the data.
@@ -50,12 +52,11 @@ class PatchMerging(nn.Module):
     def __init__(
         self, dim: int, out_dim: int, grid: tuple[int, int], anchored: bool = True, norm: Norm = "l2"
     ) -> None:
-        super().__init__()
-        self.grid = _check_grid("PatchMerging", grid)
-        if self.grid[0] % 2 or self.grid[1] % 2:
-            raise GroupError(
-                f"PatchMerging: expected a grid divisible by stride 2, got {self.grid[0]}x{self.grid[1]}"
-            )
+        grid = check_grid(grid, "PatchMerging")
+        if grid[0] % 2 or grid[1] % 2:
+            raise GroupError(f"PatchMerging: expected a grid divisible by stride 2, got {grid[0]}x{grid[1]}")
+        super().__init__(TokenField(grid), TokenField((grid[0] // 2, grid[1] // 2)), in_channels=dim)
+        self.grid = grid
         self.dim, self.out_dim, self.anchored, self.norm = dim, out_dim, anchored, norm
         self.out_grid = (self.grid[0] // 2, self.grid[1] // 2)
         self.layer_norm = nn.LayerNorm(4 * dim)
@@ -69,7 +70,6 @@ class PatchMerging(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Merge ``2 × 2`` token blocks."""
-        _check_tokens("PatchMerging", x, self.grid, 0, self.dim)
         b = x.shape[0]
         if self.anchored:
             frame = polyphase_phase(x, 2, self.norm, self.grid)[0]
@@ -82,7 +82,7 @@ class PatchMerging(nn.Module):
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """See the class docstring."""
-        stride = _grid_stride(group, self.grid)
+        stride = torus_stride(group, self.grid)
         field, out = TokenField(self.grid), TokenField(self.out_grid)
         if stride is None:
             return Contract.unknown(f"PatchMerging: promises nothing for {group.name}", field)

@@ -8,9 +8,9 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from ..actions import GridField, TokenField
+from ..actions import GridField, TokenField, torus_stride
 from ..canonical import PolyphaseAnchor
-from ..canonical._polyphase import Norm, _torus_stride
+from ..canonical._polyphase import Norm
 from ..contracts import Contract
 from ..groups import Group, GroupError, TorusTranslations
 
@@ -18,8 +18,7 @@ __all__ = ["PatchEmbedding"]
 
 
 def _check_image(module: str, x: torch.Tensor, channels: int, size: tuple[int, int]) -> None:
-    if x.dim() != 4:
-        raise GroupError(f"{module}: expected an image batch (B, C, H, W), got a tensor of shape {tuple(x.shape)}")
+    GridField().check(x, module)
     if x.shape[1] != channels:
         raise GroupError(f"{module}: expected {channels} input channels, got {x.shape[1]}")
     if tuple(x.shape[2:]) != tuple(size):
@@ -85,7 +84,7 @@ class PatchEmbedding(nn.Module):
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """See the class docstring."""
-        stride = _torus_stride(group, self.image_size)
+        stride = torus_stride(group, self.image_size)
         out = TokenField(self.grid)
         if stride is None:
             return Contract.unknown(f"PatchEmbedding: promises nothing for {group.name}", GridField())

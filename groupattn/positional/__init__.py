@@ -31,6 +31,7 @@ from ._translation import (
     CirculantRelativeBias,
     ClippedRelativeBias,
     ConvPositionalEncoding,
+    translation_contract,
 )
 
 __all__ = [
@@ -52,5 +53,6 @@ __all__ = [
     "point_group_tables",
     "relative_geometry",
     "token_permutation",
+    "translation_contract",
     "window_tiling",
 ]

@@ -15,8 +15,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from ..actions import GSet, TokenField
-from ..contracts import Contract
+from ..actions import GSet, TokenField, check_grid, torus_stride
+from ..contracts import Contract, EquivariantModule
 from ..groups import Group, GroupError, TorusTranslations
 from ._orbital import PairTableBias, _OrbitalLabels
 
@@ -25,46 +25,41 @@ __all__ = [
     "CirculantRelativeBias",
     "ClippedRelativeBias",
     "ConvPositionalEncoding",
+    "translation_contract",
 ]
 
 
-def _check_grid(module: str, grid: Any) -> tuple[int, int]:
-    try:
-        height, width = (int(grid[0]), int(grid[1]))
-    except (TypeError, IndexError, ValueError):
-        raise GroupError(f"{module}: expected a grid (height, width), got {grid!r}") from None
-    if height < 1 or width < 1 or len(grid) != 2:
-        raise GroupError(f"{module}: expected a grid (height, width) of positive ints, got {grid!r}")
-    return height, width
-
-
-def _check_tokens(
-    module: str, x: torch.Tensor, grid: tuple[int, int], prefix: int = 0, dim: int | None = None
-) -> None:
-    """Raise :class:`GroupError` unless ``x`` is ``(B, prefix + h·w, dim)``."""
-    n = prefix + grid[0] * grid[1]
-    if x.dim() != 3 or x.shape[1] != n or (dim is not None and x.shape[2] != dim):
-        expected = f"tokens (B, N={n}, C={dim if dim is not None else 'C'}) over a {grid[0]}x{grid[1]} grid"
-        if prefix:
-            expected += f" with {prefix} prefix tokens"
-        raise GroupError(f"{module}: expected {expected}, got a tensor of shape {tuple(x.shape)}")
-
-
-def _grid_stride(group: Group, grid: tuple[int, int]) -> int | None:
-    """Stride (in tokens) of a torus translation group acting on ``grid``, else ``None``."""
-    if not isinstance(group, TorusTranslations):
-        return None
-    if group.height * group.stride != grid[0] or group.width * group.stride != grid[1]:
-        return None
-    return group.stride
-
-
-def _token_contract(
-    module: str, group: Group, grid: tuple[int, int], prefix: int, reason: str | None
+def translation_contract(
+    module: str, group: Group, grid: tuple[int, int], prefix: int = 0, reason: str | None = None
 ) -> Contract:
-    """Equivariant on ``TokenField(grid)`` under translations of the grid, or ``breaks(reason)``."""
+    """The contract of a token layer that maps ``TokenField(grid, prefix)`` to itself.
+
+    For layers that are built to commute with circular shifts of their token grid
+    (attention with a circulant bias, a circular convolution, …): *equivariant* under
+    translations of the grid (``TorusTranslations`` of any stride that tiles it, see
+    :func:`~groupattn.actions.torus_stride`), or *breaks* with ``reason`` when the
+    layer is a non-equivariant baseline; *unknown* for any other group.
+
+    Parameters
+    ----------
+    module
+        The layer's name (starts the reason of an *unknown* contract).
+    group
+        The group the contract is asked for.
+    grid
+        The token grid ``(h, w)``.
+    prefix
+        Leading invariant tokens (class token).
+    reason
+        Why the layer breaks translation equivariance; ``None`` if it does not.
+
+    Returns
+    -------
+    Contract
+        On ``TokenField(grid, prefix=prefix)`` in and out.
+    """
     field = TokenField(grid, prefix=prefix)
-    if _grid_stride(group, grid) is None:
+    if torus_stride(group, grid) is None:
         return Contract.unknown(
             f"{module}: promises nothing for {group.name}; expected translations of the "
             f"{grid[0]}x{grid[1]} token torus",
@@ -105,7 +100,7 @@ class CirculantRelativeBias(_OrbitalLabels):
 
     def __init__(self, grid: tuple[int, int], heads: int, prefix: int = 0, init_std: float = 0.02) -> None:
         super().__init__(heads, prefix)
-        self.grid = _check_grid("CirculantRelativeBias", grid)
+        self.grid = check_grid(grid, "CirculantRelativeBias")
         h, w = self.grid
         self._set_labels(GSet.grid(TorusTranslations(h, w), h, w).orbitals())
         self.table = nn.Parameter(torch.randn(heads, self.num_labels) * init_std)
@@ -117,7 +112,7 @@ class CirculantRelativeBias(_OrbitalLabels):
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """Invariant (constant on orbitals) under translations of the grid."""
         field = TokenField(self.grid, prefix=self.prefix)
-        if _grid_stride(group, self.grid) is None:
+        if torus_stride(group, self.grid) is None:
             return Contract.unknown(
                 f"CirculantRelativeBias: promises nothing for {group.name}", field
             )
@@ -156,7 +151,7 @@ class ClippedRelativeBias(PairTableBias):
 
     def __init__(self, grid: tuple[int, int], heads: int, prefix: int = 0, init_std: float = 0.02) -> None:
         super().__init__(heads, prefix)
-        self.grid = _check_grid("ClippedRelativeBias", grid)
+        self.grid = check_grid(grid, "ClippedRelativeBias")
         h, w = self.grid
         ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
         ys, xs = ys.reshape(-1), xs.reshape(-1)
@@ -185,8 +180,12 @@ class ClippedRelativeBias(PairTableBias):
         return f"grid={self.grid}, heads={self.heads}, prefix={self.prefix}"
 
 
-class AbsolutePositionalEncoding(nn.Module):
+class AbsolutePositionalEncoding(EquivariantModule):
     """A learned embedding per token position, added to the tokens (ViT's baseline).
+
+    An :class:`~groupattn.contracts.EquivariantModule` from ``TokenField(grid,
+    prefix=prefix)`` to itself: calling it checks the input is
+    ``(B, prefix + h·w, dim)``.
 
     Contract: *breaks* under translations — "absolute positional encoding is not
     translation-invariant".
@@ -206,19 +205,20 @@ class AbsolutePositionalEncoding(nn.Module):
     """
 
     def __init__(self, dim: int, grid: tuple[int, int], prefix: int = 0, init_std: float = 0.02) -> None:
-        super().__init__()
-        self.grid = _check_grid("AbsolutePositionalEncoding", grid)
+        grid = check_grid(grid, "AbsolutePositionalEncoding")
+        field = TokenField(grid, prefix=prefix)
+        super().__init__(field, field, in_channels=dim)
+        self.grid = grid
         self.dim, self.prefix = dim, prefix
         self.embedding = nn.Parameter(torch.randn(1, prefix + self.grid[0] * self.grid[1], dim) * init_std)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Add the position embeddings."""
-        _check_tokens("AbsolutePositionalEncoding", x, self.grid, self.prefix, self.dim)
+        """Add the position embeddings (the input is checked before, see the class docstring)."""
         return x + self.embedding
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """Breaks under translations."""
-        return _token_contract(
+        return translation_contract(
             "AbsolutePositionalEncoding", group, self.grid, self.prefix,
             "absolute positional encoding is not translation-invariant",
         )
@@ -227,8 +227,12 @@ class AbsolutePositionalEncoding(nn.Module):
         return f"dim={self.dim}, grid={self.grid}, prefix={self.prefix}"
 
 
-class ConvPositionalEncoding(nn.Module):
+class ConvPositionalEncoding(EquivariantModule):
     """Convolutional positional encoding (CPVT/Twins PEG): ``x + depthwise_conv(x)`` on the grid.
+
+    An :class:`~groupattn.contracts.EquivariantModule` from ``TokenField(grid,
+    prefix=prefix)`` to itself: calling it checks the input is
+    ``(B, prefix + h·w, dim)``.
 
     With ``padding_mode="circular"`` the convolution commutes with circular shifts of
     the token grid (contract: *equivariant* under ``TorusTranslations(h, w)``); with
@@ -259,22 +263,23 @@ class ConvPositionalEncoding(nn.Module):
         padding_mode: Literal["circular", "zeros"] = "circular",
         prefix: int = 0,
     ) -> None:
-        super().__init__()
-        self.grid = _check_grid("ConvPositionalEncoding", grid)
+        grid = check_grid(grid, "ConvPositionalEncoding")
         if kernel_size % 2 != 1:
             raise GroupError(f"ConvPositionalEncoding: expected an odd kernel size, got {kernel_size}")
         if padding_mode not in ("circular", "zeros"):
             raise GroupError(
                 f"ConvPositionalEncoding: expected padding_mode 'circular' or 'zeros', got {padding_mode!r}"
             )
+        field = TokenField(grid, prefix=prefix)
+        super().__init__(field, field, in_channels=dim)
+        self.grid = grid
         self.dim, self.prefix, self.padding_mode = dim, prefix, padding_mode
         self.conv = nn.Conv2d(
             dim, dim, kernel_size, padding=kernel_size // 2, groups=dim, padding_mode=padding_mode
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Add the convolved grid tokens."""
-        _check_tokens("ConvPositionalEncoding", x, self.grid, self.prefix, self.dim)
+        """Add the convolved grid tokens (the input is checked before, see the class docstring)."""
         h, w = self.grid
         head, body = x[:, : self.prefix], x[:, self.prefix :]
         image = body.transpose(1, 2).reshape(x.shape[0], self.dim, h, w)
@@ -286,7 +291,7 @@ class ConvPositionalEncoding(nn.Module):
         reason = None
         if self.padding_mode != "circular":
             reason = "zero padding in the convolutional positional encoding is not translation-equivariant on the torus"
-        return _token_contract("ConvPositionalEncoding", group, self.grid, self.prefix, reason)
+        return translation_contract("ConvPositionalEncoding", group, self.grid, self.prefix, reason)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, grid={self.grid}, padding_mode={self.padding_mode!r}, prefix={self.prefix}"

@@ -1,15 +1,21 @@
-"""A small base class for modules that declare their input and output field types."""
+"""A small base class for modules that declare their input and output field types.
+
+It lives with the contracts (below every package with layers), so positional
+encodings, attention layers, building blocks and a user's own modules all derive from
+it without importing upwards; :mod:`groupattn.nn` re-exports it.
+"""
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
 from torch import nn
 
 from ..actions import FieldType, GSetField
-from ..contracts import Contract
 from ..groups import Group, GroupError
+from ._contract import Contract
 
 __all__ = ["EquivariantModule"]
 
@@ -19,9 +25,15 @@ class EquivariantModule(nn.Module):
 
     A subclass passes ``in_type`` and ``out_type`` to ``__init__`` and implements
     ``forward`` as usual. Calling the module checks its (first) input against
-    ``in_type`` first — a wrong rank, token count or channel count raises
+    ``in_type`` first (through :meth:`FieldType.check
+    <groupattn.actions.FieldType.check>`, with ``in_channels`` as the width when
+    given) — a wrong rank, token count or channel count raises
     :class:`~groupattn.groups.GroupError` naming the module, what it expected and what
     it got — and the default :meth:`contract` follows from the declared types.
+    Subclasses of a library layer inherit the check, whatever their ``forward`` does.
+
+    Importable as ``groupattn.contracts.EquivariantModule`` and
+    ``groupattn.nn.EquivariantModule`` (the same class).
 
     The check runs in a forward pre-hook, so it is part of every call (``module(x)``)
     and is skipped by ``torch.fx`` symbolic tracing (which does not run hooks of leaf
@@ -45,6 +57,16 @@ class EquivariantModule(nn.Module):
     group
         The group the types are declared for; ``None`` takes the G-set's group of a
         ``GSetField`` input type (other input types then promise nothing by default).
+    in_channels
+        The channel width the input must have when ``in_type`` does not state it
+        (plain, trivial channels); ``None`` accepts any width.
+
+    Raises
+    ------
+    GroupError
+        At construction for a type that is not a :class:`~groupattn.actions.FieldType`
+        or an ``in_channels`` that is not a positive int; when called, for an input
+        that does not fit ``in_type``.
 
     Examples
     --------
@@ -58,13 +80,23 @@ class EquivariantModule(nn.Module):
     'equivariant'
     """
 
-    def __init__(self, in_type: FieldType, out_type: FieldType, group: Group | None = None) -> None:
+    def __init__(
+        self,
+        in_type: FieldType,
+        out_type: FieldType,
+        group: Group | None = None,
+        *,
+        in_channels: int | None = None,
+    ) -> None:
         super().__init__()
         for name, value in (("in_type", in_type), ("out_type", out_type)):
             if not isinstance(value, FieldType):
                 raise GroupError(f"{type(self).__name__}: expected a FieldType as {name}, got {value!r}")
+        if in_channels is not None:
+            in_channels = _positive_int(in_channels, f"{type(self).__name__}: expected in_channels")
         self.in_type: FieldType = in_type
         self.out_type: FieldType = out_type
+        self.in_channels: int | None = in_channels
         self._declared_group = group
         self.register_forward_pre_hook(_check_input_hook, with_kwargs=True)
 
@@ -80,14 +112,17 @@ class EquivariantModule(nn.Module):
     def check_input(self, x: Any) -> None:
         """Raise :class:`~groupattn.groups.GroupError` unless ``x`` fits :attr:`in_type`.
 
-        The message names the module, the expected layout and the actual shape.
+        The message names the module, the expected layout and the actual shape. With
+        :attr:`in_channels` the width is checked too. Override to check more (and call
+        ``super().check_input(x)``).
         """
+        name = type(self).__name__
         if not isinstance(x, torch.Tensor):
-            raise GroupError(
-                f"{type(self).__name__}: expected a tensor of type {self.in_type.describe()}, "
-                f"got {type(x).__name__}"
-            )
-        self.in_type.check(x, type(self).__name__)
+            raise GroupError(f"{name}: expected a tensor of type {self.in_type.describe()}, got {type(x).__name__}")
+        if self.in_channels is None:
+            self.in_type.check(x, name)  # a user's field type may not take ``channels``
+        else:
+            self.in_type.check(x, name, channels=self.in_channels)
 
     def breaks_reason(self, group: Group) -> str | None:
         """Why the module is not equivariant under ``group`` (``None``: it is). Override."""
@@ -113,7 +148,19 @@ class EquivariantModule(nn.Module):
         return Contract.equivariant(self.in_type, self.out_type)
 
     def extra_repr(self) -> str:
-        return f"in_type={self.in_type.describe()}, out_type={self.out_type.describe()}"
+        width = f", in_channels={self.in_channels}" if self.in_channels is not None else ""
+        return f"in_type={self.in_type.describe()}, out_type={self.out_type.describe()}{width}"
+
+
+def _positive_int(value: Any, what: str) -> int:
+    """``value`` as an ``int >= 1`` (any integral type but ``bool``), else a :class:`GroupError`."""
+    try:
+        number = operator.index(value)
+    except TypeError:
+        number = 0
+    if isinstance(value, bool) or number < 1:
+        raise GroupError(f"{what} as an int >= 1 or None, got {value!r}")
+    return number
 
 
 def _describe(t: Any) -> str:
