@@ -355,7 +355,7 @@ def test_at_least_twenty_component_kinds() -> None:
     assert len(COMPONENTS) >= 20
 
 
-@settings(max_examples=500)
+@settings(max_examples=100)  # 500 generated networks of every class run in test_check_soundness_generated.py
 @given(networks)
 def test_no_false_certificate(net: tuple[list[str], int, bool, int, str]) -> None:
     TALLY.check(*net)

@@ -292,6 +292,23 @@ _MOVEMENT = (
 )
 
 
+#: Arguments that only give a shape.
+_SHAPE_ONLY = frozenset({("aten::view_as", "other"), ("aten::reshape_as", "other"), ("aten::expand_as", "other")})
+
+
+def _replace_value(args: tuple[Any, ...], kwargs: dict[str, Any], old: Any, new: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def swap(v: Any) -> Any:
+        if v is old:
+            return new
+        if isinstance(v, list):
+            return [swap(x) for x in v]
+        if isinstance(v, tuple):
+            return tuple(swap(x) for x in v)
+        return v
+
+    return tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()}
+
+
 @rule(*_MOVEMENT)
 def _movement_rule(call: OpCall) -> Any:
     packet = call.target._schema.name
@@ -302,6 +319,8 @@ def _movement_rule(call: OpCall) -> Any:
         v = call.args.values[name]
         if name in data_names:
             data.extend(_tensor_values(v))
+        elif (packet, name) in _SHAPE_ONLY and isinstance(v, Moving):
+            call.raw_args, call.raw_kwargs = _replace_value(call.raw_args, call.raw_kwargs, v, Constant(torch.empty(v.shape), torch.empty(v.shape)))
         else:
             _structural(call, v, f"argument {name!r}")
     if not data:

@@ -211,7 +211,15 @@ def _run_pass(
         cert.unverified.append((type(model).__name__, str(err)))
         return cert
     prop = propagate_graph(exported, model, x_value, [0])
-    return _verdict(prop, cert, x_value, input_type, output_type)
+    cert = _verdict(prop, cert, x_value, input_type, output_type)
+    if exported.ties and cert.certified:
+        cert.verdict = Verdict.UNVERIFIED
+        cert.reason = (
+            f"a canonicalizer meets {exported.ties} exact tie(s) or non-finite score(s) on the example input; its "
+            "choice is then not equivariant (certify with a generic random input; if ties persist, the network builds "
+            "them by construction)"
+        )
+    return cert
 
 
 def _path(prop: Propagation, node: str) -> list[str]:

@@ -151,6 +151,7 @@ class Exported:
     output_paths: list[str] = field(default_factory=list)
     outputs: Any = None
     state_buffers: set[str] = field(default_factory=set)
+    ties: int = 0
 
 
 @contextlib.contextmanager
@@ -248,12 +249,6 @@ def export_for_check(model: nn.Module, example: torch.Tensor, leaves: dict[nn.Mo
         for h in handles:
             h.remove()
     tied = sum(event.num_tied for event in recorder) + sum(event.num_non_finite for event in recorder)
-    if tied:
-        raise Unverifiable(
-            f"{type(model).__name__}: a canonicalizer meets {tied} exact tie(s) or non-finite score(s) on the example "
-            "input; its choice is then not equivariant (certify with a generic random input; if ties persist, the "
-            "network builds them by construction)"
-        )
     with _leaves_patched(model, leaves, recorded) as calls:
         try:
             with torch.no_grad():
@@ -272,7 +267,7 @@ def export_for_check(model: nn.Module, example: torch.Tensor, leaves: dict[nn.Mo
         traced = _replay(model, program, example)
     _same_function(model, traced, example, outputs)
     paths = [pytree.keystr(p) for p, _ in pytree.tree_flatten_with_path(outputs)[0]]
-    return Exported(program, kept, paths, outputs, _trained_buffers(model, example))
+    return Exported(program, kept, paths, outputs, _trained_buffers(model, example), tied)
 
 
 def _trained_buffers(model: nn.Module, example: torch.Tensor) -> set[str]:
@@ -323,9 +318,13 @@ def _same_function(model: nn.Module, traced: Any, example: torch.Tensor, outputs
             f"{type(model).__name__}: its output differs between two evaluations on the same input: it draws "
             "random numbers or keeps state between calls"
         )
-    with torch.enable_grad():
-        live = model(example.clone())
-    for name, ref in (("with gradients enabled", live), ("without gradients", outputs)):
+    refs = [("without gradients", outputs)]
+    try:
+        with torch.enable_grad():
+            refs.append(("with gradients enabled", model(example.clone())))
+    except Exception:  # e.g. out= arguments with parameters that require grad: it cannot run that way
+        pass
+    for name, ref in refs:
         a = [t for t in pytree.tree_leaves(traced) if isinstance(t, torch.Tensor)]
         b = [t for t in pytree.tree_leaves(ref) if isinstance(t, torch.Tensor)]
         same = len(a) == len(b) and all(

@@ -298,7 +298,8 @@ def _movement(fn: Callable[[list[torch.Tensor]], Any], data: list[Any], what: st
         check_budget(tuple(o1.shape), frame, what)
         keys = src.clone()
         maps: list[torch.Tensor] = []
-        row_ids = _row_signature(_movement_keys(src, from_moving, from_const, const1, const2, f1, inv_class), tuple(o1.shape), rows) if rows is not None else None
+        all_keys = _movement_keys(src, from_moving, from_const, const1, const2, f1, inv_class)
+        row_ids = _row_signature(all_keys, tuple(o1.shape), rows) if rows is not None else None
         moving_pos = torch.nonzero(from_moving).reshape(-1)
         moving_src = src[moving_pos]
         unique_sources = moving_src.numel() == torch.unique(moving_src).numel()
@@ -317,7 +318,6 @@ def _movement(fn: Callable[[list[torch.Tensor]], Any], data: list[Any], what: st
             found = torch.arange(f1.numel())  # fills and constant copies map to themselves
             wanted = gm[moving_src]
             if row_ids is not None:
-                all_keys = _movement_keys(src, from_moving, from_const, const1, const2, f1, inv_class)
                 targets = all_keys.clone()
                 targets[moving_pos] = wanted
                 assert rows is not None
@@ -343,7 +343,7 @@ def _movement(fn: Callable[[list[torch.Tensor]], Any], data: list[Any], what: st
                     raise Breaks(_movement_reason(from_moving, fill, what))
                 found[moving_pos] = moving_pos[hit]
             if rows is None:
-                _place_fills_like_operand(found, from_moving, _movement_keys(src, from_moving, from_const, const1, const2, f1, inv_class), data, tuple(o1.shape), g_index=len(maps))
+                _place_fills_like_operand(found, from_moving, all_keys, data, tuple(o1.shape), g_index=len(maps))
             maps.append(found)
         value = Moving(tuple(o1.shape), dtype, frame, maps).normalised()
         if not unique_sources:
@@ -714,18 +714,23 @@ def _absorb_constant(
     if identity:
         gamma = torch.arange(nj).expand(nctx, nj)
     else:
-        tau_inv = torch.argsort(tau, dim=1)
+        # contexts that move the same way need one look-up: usually a handful of distinct (b, β, τ)
+        combo = torch.cat([bidx[:, None], beta[:, None], tau], dim=1)
+        distinct, which = torch.unique(combo, dim=0, return_inverse=True)
+        ub, ubeta, utau = distinct[:, 0], distinct[:, 1], distinct[:, 2:]
+        nu = distinct.shape[0]
+        tau_inv = torch.argsort(utau, dim=1)
         # the column of b at (context, j) read through τ⁻¹: moved[c, k', j] = cls3[b(c), τ_c⁻¹(k'), j]
-        moved = torch.gather(cls3[bidx], 1, tau_inv[:, :, None].expand(nctx, nk, nj))
+        moved = torch.gather(cls3[ub], 1, tau_inv[:, :, None].expand(nu, nk, nj))
         keys = torch.cat([torch.arange(nb)[:, None].expand(nb, nj).reshape(-1, 1), cls3.permute(0, 2, 1).reshape(nb * nj, nk)], dim=1)
-        targets = torch.cat([beta[:, None].expand(nctx, nj).reshape(-1, 1), moved.permute(0, 2, 1).reshape(nctx * nj, nk)], dim=1)
+        targets = torch.cat([ubeta[:, None].expand(nu, nj).reshape(-1, 1), moved.permute(0, 2, 1).reshape(nu * nj, nk)], dim=1)
         found = lookup_rows(keys, targets)
         if found is None:
             raise Breaks(
                 f"{what}: a weight of shape {tuple(b.first.shape)} is not invariant under the way the group permutes "
                 "the summed index (e.g. an unconstrained convolution kernel under rotations)"
             )
-        gamma = (found % max(nj, 1)).reshape(nctx, nj)
+        gamma = (found % max(nj, 1)).reshape(nu, nj)[which]
     # γ as per-letter functions of (context, free)
     free_sizes = tuple(sizes[c] for c in free)
     gcoords = coordinates(gamma.reshape(-1), free_sizes) if free else []
