@@ -53,7 +53,11 @@ from groupattn.nn import (
     LiftedPolyphaseDownsample,
     PatchMerging,
 )
-from groupattn.positional import AbsolutePositionalEncoding, ConvPositionalEncoding, translation_contract
+from groupattn.positional import (
+    AbsolutePositionalEncoding,
+    ConvPositionalEncoding,
+    translation_contract,
+)
 
 ROOT = Path(groupattn.__file__).resolve().parent
 C4 = CyclicGroup(4)
@@ -136,6 +140,8 @@ def test_a_users_field_type_without_the_channels_keyword_still_works() -> None:
     assert module(torch.ones(1, 1, 2, 2)).shape == (1, 1, 2, 2)
     with pytest.raises(GroupError, match="_Double: loose check failed"):
         module(torch.ones(1, 2, 2))
+    with pytest.raises(GroupError, match=r"_Double: expected an in_type whose check takes the channel width .* got Loose"):
+        _Double(Loose(), Loose(), in_channels=3)
 
 
 # ----------------------------------------------------------------------------- the default contract
@@ -281,7 +287,7 @@ def test_field_type_check_takes_the_expected_width() -> None:
     with pytest.raises(GroupError, match=r"Layer: expected a token set \(B, N=3, C=5\)"):
         SetField(3).check(torch.ones(1, 3, 4), "Layer", channels=5)
     for bad in (0, True, 1.5):
-        with pytest.raises(GroupError, match="FieldType.check: expected channels as an int >= 1 or None"):
+        with pytest.raises(GroupError, match=r"FieldType\.check: expected channels as an int >= 1 or None"):
             TokenField((2, 2)).check(torch.ones(1, 4, 1), "Layer", channels=bad)  # type: ignore[arg-type]
     # the action itself is unchanged: a channel representation of the wrong size is reported by act
     with pytest.raises(GroupError, match=r"expected 8 channels for regular\(C4, x2\), got 3"):

@@ -137,32 +137,23 @@ class FieldType:
     :meth:`check` is the library's one way to validate a module's input: every layer
     checks its input with ``in_type.check(x, "LayerName", channels=width)`` (directly
     or through :class:`~groupattn.contracts.EquivariantModule`), so a wrong rank, token
-    count or channel count raises the same kind of message everywhere.
+    count or channel count raises the same kind of message everywhere. A subclass
+    implements ``check(x, module)``, and may accept the ``channels`` keyword too.
     """
 
     def act(self, group: Group, g: Any, x: torch.Tensor) -> torch.Tensor:
         """Return ``g · x``."""
         raise NotImplementedError
 
-    def check(self, x: torch.Tensor, module: str = "FieldType", *, channels: int | None = None) -> None:
+    def check(self, x: torch.Tensor, module: str = "FieldType") -> None:
         """Raise :class:`GroupError` unless ``x`` fits this layout.
 
-        Parameters
-        ----------
-        x
-            The tensor to check.
-        module
-            The name the message starts with (the module whose input ``x`` is).
-        channels
-            The channel width the module needs, when the type does not state it (plain,
-            trivial channels); ``None`` accepts any width. A channel representation
-            given to the type is checked by :meth:`act`.
-
-        Raises
-        ------
-        GroupError
-            ``"{module}: expected {layout}, got a tensor of shape {shape}"``, where the
-            layout names the expected rank, sizes and (with ``channels``) width.
+        The message reads ``"{module}: expected {layout}, got a tensor of shape
+        {shape}"``, naming the module whose input ``x`` is. The library's field types
+        (:class:`GridField`, :class:`LiftedField`, :class:`TokenField`,
+        :class:`GSetField`, :class:`SetField`, :class:`InvariantField`) also take a
+        keyword ``channels``: the channel width the module needs when the type does not
+        state it (plain, trivial channels); ``None`` accepts any width.
         """
         raise NotImplementedError
 

@@ -304,7 +304,8 @@ class _RotoTranslationAttention(nn.Module):
         return out.index_select(1, tiling.untile.to(device))
 
     def _check_input(self, x: torch.Tensor) -> None:
-        self._input_type().check(x, type(self).__name__, channels=self.in_channels)
+        field = GridField() if self.lifting else LiftedField(self.point_group)
+        field.check(x, type(self).__name__, channels=self.in_channels)
 
     # ------------------------------------------------------------------ contract
     def _input_type(self) -> FieldType:

@@ -226,9 +226,18 @@ def _pointwise_rule(call: OpCall) -> Any:
     return pointwise(operands, call.out_shape(), call.out_dtype(), call.label)
 
 
-@rule("aten::_to_copy", "aten::to", "aten::type_as", "aten::_conj", "aten::resolve_conj", "aten::resolve_neg", "aten::positive")
+@rule("aten::_to_copy", "aten::to", "aten::_conj", "aten::resolve_conj", "aten::resolve_neg", "aten::positive")
 def _cast(call: OpCall) -> Any:
     return _pointwise_rule(call)
+
+
+@rule("aten::type_as")
+def _type_as(call: OpCall) -> Any:
+    call.args.touch("other")  # only its dtype is read
+    x = call.args["self"]
+    if isinstance(x, Moving):
+        return pointwise([x], call.out_shape(), call.out_dtype(), call.label)
+    raise Unverifiable(f"{call.label}: expected an input-dependent tensor")
 
 
 @rule("aten::dropout", "aten::feature_dropout", "aten::alpha_dropout")
@@ -243,7 +252,8 @@ def _dropout(call: OpCall) -> Any:
 def _native_dropout(call: OpCall) -> Any:
     x = call.args["input"]
     train = call.args["train"]
-    if train is False or float(call.args["p"]) == 0.0:
+    p = float(call.args["p"])
+    if train is False or p == 0.0:
         return (x, Poison("dropout mask"))
     raise Unverifiable(f"{call.label}: draws random numbers (dropout in training mode)")
 
@@ -421,9 +431,13 @@ def _cumulative(call: OpCall) -> Any:
 @rule("aten::sort", "aten::topk", "aten::kthvalue", "aten::msort")
 def _sort(call: OpCall) -> Any:
     x = _moving_input(call)
-    call.args.touch("descending", "stable", "k", "largest", "sorted", "keepdim")
-    dim = call.args.get("dim", -1)
+    call.args.touch("descending", "stable", "k", "largest", "keepdim")
     packet = call.target._schema.name
+    dim = 0 if packet == "aten::msort" else call.args.get("dim", -1)
+    if packet == "aten::topk" and not call.args["sorted"]:
+        # the order of the k values returned then depends on where they were: only rows
+        # that the group does not permute inside are safe
+        reduce(x, _dims(dim, len(x.shape)), tuple(s for i, s in enumerate(x.shape) if i not in _dims(dim, len(x.shape))), x.dtype, call.label, positional=True)
     if packet == "aten::kthvalue":
         values = reduce(x, _dims(dim, len(x.shape)), call.out_shape(0), call.out_dtype(0), call.label)
         return (values, Poison("kth-value positions"))
@@ -536,12 +550,23 @@ def _permute(call: OpCall, v: Any, perm: list[int]) -> Any:
     return movement(lambda d: d[0].permute(perm), [v], call.label)[0]
 
 
+@rule("aten::inner")
+def _inner(call: OpCall) -> Any:
+    a, b = call.args["self"], call.args["other"]
+    sa, sb = _value_shape(a), _value_shape(b)
+    if not sa or not sb:
+        raise Unverifiable(f"{call.label}: inner product with a 0-d tensor")
+    la = _fresh(len(sa) - 1, "k")
+    lb = _fresh(len(sa) - 1 + len(sb) - 1, "k")[len(sa) - 1 :]
+    return contract(a, la + "k", b, lb + "k", la + lb, call.out_dtype(), call.label)
+
+
 @rule("aten::matmul")
 def _matmul_rule(call: OpCall) -> Any:
     return _matmul(call, call.args["self"], call.args["other"])
 
 
-@rule("aten::mm", "aten::bmm", "aten::mv", "aten::dot", "aten::vdot", "aten::inner")
+@rule("aten::mm", "aten::bmm", "aten::mv", "aten::dot", "aten::vdot")
 def _mm(call: OpCall) -> Any:
     other = "mat2" if "mat2" in call.args.values else ("vec" if "vec" in call.args.values else ("tensor" if "tensor" in call.args.values else "other"))
     return _matmul(call, call.args["self"], call.args[other])
@@ -750,7 +775,7 @@ def _convolution_rule(call: OpCall) -> Any:
 def _pool(call: OpCall, kind: str) -> Any:
     x = _moving_input(call)
     sx = x.shape
-    dims = 1 if call.target.name().split(".")[0].endswith("1d") else 2
+    dims = 1 if "1d" in call.target._schema.name else 2
     if len(sx) != dims + 2:
         raise Unverifiable(f"{call.label}: only batched inputs are supported")
     kernel = _pair(call.args["kernel_size"], dims)
@@ -779,7 +804,7 @@ def _pool(call: OpCall, kind: str) -> Any:
     out = _reshape(call, pooled, out_shape)
     if kind == "avg":
         include = call.args["count_include_pad"]
-        override = call.args["divisor_override"]
+        override = call.args.get("divisor_override")
         if not include and override is None and any(padding):
             ones = torch.ones((1, 1, *tuple(sx[2:])), dtype=torch.float64)
             if dims == 1:

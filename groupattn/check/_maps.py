@@ -24,26 +24,24 @@ def dense_ids(columns: torch.Tensor) -> torch.Tensor:
     return ids
 
 
-#: Entries of a constant whose values agree to this relative tolerance under both random
-#: parameter draws count as equal: the same function of the parameters summed in another
-#: order (e.g. a kernel averaged over its rotations) differs only by rounding.
+#: Entries of a constant whose values fall in one bin of this width (relative to the
+#: constant's largest magnitude) under both random parameter draws count as equal: the
+#: same function of the parameters summed in another order (e.g. a kernel averaged over
+#: its rotations) differs only by rounding. Fixed bins never chain distinct values.
 VALUE_TOLERANCE = 1e-9
 
 
 def _tolerant_ids(values: torch.Tensor) -> torch.Tensor:
-    """Ids equal for values within :data:`VALUE_TOLERANCE` (relative) of their sorted neighbour."""
-    order = torch.argsort(values)
-    v = values[order]
-    if v.numel() == 0:
-        return torch.zeros(0, dtype=torch.long)
-    gap = v[1:] - v[:-1]
-    scale = torch.maximum(v[1:].abs(), v[:-1].abs()).clamp(min=1e-300)
-    finite = torch.isfinite(v[1:]) & torch.isfinite(v[:-1])
-    new_group = ~((finite & (gap <= VALUE_TOLERANCE * scale)) | (v[1:] == v[:-1]))
-    ids_sorted = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(new_group.long(), 0)])
-    ids = torch.empty_like(ids_sorted)
-    ids[order] = ids_sorted
-    return ids
+    """Ids equal for values in the same bin of width :data:`VALUE_TOLERANCE` × the largest
+    magnitude (fixed bins: no chaining of near neighbours into one class); exact equality
+    always gives one id, and non-finite values are kept apart."""
+    finite = torch.isfinite(values)
+    scale = float(values[finite].abs().max()) if bool(finite.any()) else 1.0
+    width = VALUE_TOLERANCE * (scale if scale > 0 else 1.0)
+    bins = torch.where(finite, torch.floor(values / width), torch.zeros_like(values))
+    exact = torch.unique(torch.where(finite, torch.zeros_like(values), values), return_inverse=True)[1]
+    cols = torch.stack([finite.long(), torch.where(finite, bins, torch.zeros_like(bins)).long(), exact], dim=1)
+    return dense_ids(cols)
 
 
 def value_classes(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:

@@ -424,6 +424,8 @@ def _evaluate(node: Any, name: str, args: Any, kwargs: Any, leaf: LeafCall | Non
         raise Unverifiable(f"{name}: {getattr(target, '__name__', target)} is not an ATen operator (a higher-order operator or Python function)")
     if target._schema.name in ASSERTION_OPS:
         return None
+    if target._schema.name in ("aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty", "aten::empty_permuted"):
+        raise Unverifiable(f"{name} ({target.name()}): uninitialised memory")
     tags = getattr(target, "tags", ())
     if torch.Tag.nondeterministic_seeded in tags and target._schema.name not in RANDOM_OPS_WITH_RULES:
         raise Unverifiable(f"{name} ({target.name()}): draws random numbers")

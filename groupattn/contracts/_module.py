@@ -7,7 +7,9 @@ it without importing upwards; :mod:`groupattn.nn` re-exports it.
 
 from __future__ import annotations
 
+import inspect
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -59,14 +61,15 @@ class EquivariantModule(nn.Module):
         ``GSetField`` input type (other input types then promise nothing by default).
     in_channels
         The channel width the input must have when ``in_type`` does not state it
-        (plain, trivial channels); ``None`` accepts any width.
+        (plain, trivial channels); ``None`` accepts any width. Needs an ``in_type``
+        whose ``check`` takes the ``channels`` keyword (the library's field types do).
 
     Raises
     ------
     GroupError
-        At construction for a type that is not a :class:`~groupattn.actions.FieldType`
-        or an ``in_channels`` that is not a positive int; when called, for an input
-        that does not fit ``in_type``.
+        At construction for a type that is not a :class:`~groupattn.actions.FieldType`,
+        or an ``in_channels`` that is not a positive int or that ``in_type`` cannot
+        check; when called, for an input that does not fit ``in_type``.
 
     Examples
     --------
@@ -94,6 +97,12 @@ class EquivariantModule(nn.Module):
                 raise GroupError(f"{type(self).__name__}: expected a FieldType as {name}, got {value!r}")
         if in_channels is not None:
             in_channels = _positive_int(in_channels, f"{type(self).__name__}: expected in_channels")
+            if not _takes_channels(in_type):
+                raise GroupError(
+                    f"{type(self).__name__}: expected an in_type whose check takes the channel width "
+                    f"(GridField, LiftedField, TokenField, GSetField, InvariantField) for in_channels, "
+                    f"got {type(in_type).__name__}"
+                )
         self.in_type: FieldType = in_type
         self.out_type: FieldType = out_type
         self.in_channels: int | None = in_channels
@@ -120,9 +129,10 @@ class EquivariantModule(nn.Module):
         if not isinstance(x, torch.Tensor):
             raise GroupError(f"{name}: expected a tensor of type {self.in_type.describe()}, got {type(x).__name__}")
         if self.in_channels is None:
-            self.in_type.check(x, name)  # a user's field type may not take ``channels``
+            self.in_type.check(x, name)  # a user's field type need not take ``channels``
         else:
-            self.in_type.check(x, name, channels=self.in_channels)
+            check: Callable[..., None] = self.in_type.check  # takes ``channels`` (checked in __init__)
+            check(x, name, channels=self.in_channels)
 
     def breaks_reason(self, group: Group) -> str | None:
         """Why the module is not equivariant under ``group`` (``None``: it is). Override."""
@@ -150,6 +160,15 @@ class EquivariantModule(nn.Module):
     def extra_repr(self) -> str:
         width = f", in_channels={self.in_channels}" if self.in_channels is not None else ""
         return f"in_type={self.in_type.describe()}, out_type={self.out_type.describe()}{width}"
+
+
+def _takes_channels(field_type: FieldType) -> bool:
+    """Whether ``field_type.check`` accepts the ``channels`` keyword."""
+    try:
+        parameters = inspect.signature(field_type.check).parameters
+    except (TypeError, ValueError):
+        return False
+    return "channels" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
 
 
 def _positive_int(value: Any, what: str) -> int:
