@@ -174,7 +174,7 @@ KNOWN: dict[str, str] = {
 #: and the configurations that hit them are checked like any other.
 FIXED: frozenset[str] = frozenset(
     {"msort-dim", "topk-unsorted", "inner-as-matmul", "value-chaining", "pool1d-with-indices", "avg-pool1d-divisor",
-     "native-dropout-p", "type-as-operand", "uninitialised-constant"}
+     "native-dropout-p", "type-as-operand", "uninitialised-constant", "value-bins-scale"}
 )
 
 CASES: dict[str, Case] = {}

@@ -24,24 +24,27 @@ def dense_ids(columns: torch.Tensor) -> torch.Tensor:
     return ids
 
 
-#: Entries of a constant whose values fall in one bin of this width (relative to the
-#: constant's largest magnitude) under both random parameter draws count as equal: the
-#: same function of the parameters summed in another order (e.g. a kernel averaged over
-#: its rotations) differs only by rounding. Fixed bins never chain distinct values.
+#: Entries of a constant whose values agree to about this relative precision (30 bits of
+#: mantissa) under both random parameter draws count as equal: the same function of the
+#: parameters summed in another order (e.g. a kernel averaged over its rotations)
+#: differs only by rounding. Bins are fixed per value: distinct values never chain.
 VALUE_TOLERANCE = 1e-9
 
 
 def _tolerant_ids(values: torch.Tensor) -> torch.Tensor:
-    """Ids equal for values in the same bin of width :data:`VALUE_TOLERANCE` × the largest
-    magnitude (fixed bins: no chaining of near neighbours into one class); exact equality
-    always gives one id, and non-finite values are kept apart."""
-    finite = torch.isfinite(values)
-    scale = float(values[finite].abs().max()) if bool(finite.any()) else 1.0
-    width = VALUE_TOLERANCE * (scale if scale > 0 else 1.0)
-    bins = torch.where(finite, torch.floor(values / width), torch.zeros_like(values))
-    exact = torch.unique(torch.where(finite, torch.zeros_like(values), values), return_inverse=True)[1]
-    cols = torch.stack([finite.long(), torch.where(finite, bins, torch.zeros_like(bins)).long(), exact], dim=1)
-    return dense_ids(cols)
+    """Ids equal for values that agree to about 30 significant bits (≈ 1e-9 relative).
+
+    Each float64 is rounded to 30 bits of mantissa (its bit pattern with the low 22 bits
+    rounded away): a relative bin per value, so small entries are never merged because a
+    large one sits in the same constant, and bins are fixed, so distinct values never
+    chain together. Exact equality always gives one id; non-finite values are kept apart.
+    """
+    v = values.to(torch.float64) + 0.0  # -0.0 → 0.0
+    bits = v.view(torch.int64)
+    rounded = torch.bitwise_and(bits + (1 << 21), ~((1 << 22) - 1))
+    finite = torch.isfinite(v)
+    key = torch.where(finite, rounded, bits)
+    return torch.unique(key, return_inverse=True)[1]
 
 
 def value_classes(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
