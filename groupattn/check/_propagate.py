@@ -155,7 +155,7 @@ def _free(t: torch.Tensor, seed: int) -> Constant:
     return Constant(_draw(t, seed), _draw(t, seed + 1))
 
 
-def _placeholder_values(exported: Exported, model: nn.Module) -> dict[str, Any]:
+def _graph_input_values(exported: Exported, model: nn.Module) -> dict[str, Any]:
     """Constants for the graph's inputs other than the model's input.
 
     Floating-point parameters (trainable or frozen — fine-tuning unfreezes them), buffers
@@ -303,7 +303,7 @@ def propagate_graph(
     """Derive the claim of every node; returns records, the graph and the output values."""
     program = exported.program
     gm = program.graph_module
-    values: dict[str, Any] = _placeholder_values(exported, model)
+    values: dict[str, Any] = _graph_input_values(exported, model)
     records: dict[str, NodeRecord] = {}
     graph = nx.DiGraph()
     order: list[str] = []
