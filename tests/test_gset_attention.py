@@ -56,6 +56,7 @@ from groupattn.positional import (
     CirculantRelativeBias,
     ContinuousOrbitalBias,
     OrbitalBias,
+    PairTableBias,
     PairwiseBias,
     labels_contract,
 )
@@ -418,6 +419,74 @@ def test_group_encoding_bias_is_the_same_gather() -> None:
     layer_style = table.index_select(1, geometry.index.reshape(-1)).view(-1, *geometry.index.shape)
     assert torch.equal(encoding.bias(geometry), layer_style)
     assert torch.equal(gather_pair_table(table, geometry.index), layer_style)
+
+
+def test_orbital_biases_own_their_index_not_the_gsets_cache() -> None:
+    """The attack: editing one layer's index in place must reach neither another layer nor the G-set."""
+    graph = nx.petersen_graph()
+    gset = GSet.natural(graph_automorphism_group(graph))  # a fresh G-set: its cache is this test's own
+    cached = gset.orbitals().clone()
+    lengths = dict(nx.all_pairs_shortest_path_length(graph))
+    distance = torch.tensor([[float(lengths[u][v]) for v in graph.nodes] for u in graph.nodes])
+    torch.manual_seed(0)
+    first, second = OrbitalBias(gset, 2, init_std=1.0), OrbitalBias(gset, 2, init_std=1.0)
+    continuous = ContinuousOrbitalBias(gset, 2, distance)
+    before = second(), continuous()
+    with torch.no_grad():
+        first.orbital_index.fill_(0)
+    assert torch.equal(first(), first.table[:, :1, None].expand(2, 10, 10))  # the edit is the first layer's
+    assert torch.equal(gset.orbitals(), cached)
+    for layer, out in zip((second, continuous), before):
+        assert torch.equal(layer.orbital_index, cached) and torch.equal(layer(), out)
+    assert torch.equal(OrbitalBias(gset, 2).orbital_index, cached)  # layers built afterwards too
+    with torch.no_grad():  # the other way round: the G-set's cache edited after construction
+        gset.orbitals().fill_(0)
+    assert torch.equal(second.orbital_index, cached) and torch.equal(second(), before[0])
+    storages = {t.untyped_storage().data_ptr() for t in (gset.orbitals(), first.pair_index, second.pair_index)}
+    assert len(storages) == 3
+    circulants = CirculantRelativeBias((3, 3), 1), CirculantRelativeBias((3, 3), 1)
+    assert len({c.orbital_index.untyped_storage().data_ptr() for c in circulants}) == 2
+
+
+def test_indexed_table_validates_and_follows_the_device() -> None:
+    from groupattn.positional import IndexedTable
+
+    class Labelled(PairTableBias):
+        def __init__(self, labels: torch.Tensor, num_labels: int | None = None) -> None:
+            super().__init__(1)
+            self._set_labels(labels, num_labels)
+            self.table = nn.Parameter(torch.arange(float(self.num_labels))[None])
+
+        def values(self) -> torch.Tensor:
+            return self.table
+
+    labels = torch.tensor([[0, 2], [2, 1]], dtype=torch.int32)
+    module = Labelled(labels)
+    assert isinstance(module, IndexedTable) and module.num_labels == 3
+    assert module.pair_index.dtype == torch.long and torch.equal(module(), labels[None].float())
+    with pytest.raises(GroupError, match=r"Labelled: expected labels in \[0, 2\), got labels from 0 to 2"):
+        Labelled(labels, 2)
+    with pytest.raises(GroupError, match=r"Labelled: expected labels in \[0, 3\), got labels from -1 to 1"):
+        Labelled(torch.tensor([[-1, 1]]), 3)
+    with pytest.raises(GroupError, match=r"Labelled: expected an integer label tensor, got a torch\.float32 tensor"):
+        Labelled(torch.zeros(2, 2))
+    meta = Labelled(labels).to("meta")
+    assert meta.pair_index.device.type == "meta" and meta().device.type == "meta"
+    continuous = ContinuousOrbitalBias(structure("petersen").gset, 2, torch.ones(10, 10)).to("meta")
+    assert continuous.features.device.type == "meta" and continuous.pair_index.device.type == "meta"
+
+
+def test_orbital_biases_compile_without_graph_breaks() -> None:
+    from groupattn.positional import OrbitalTableEncoding, relative_geometry
+
+    for module in (OrbitalBias(structure("petersen").gset, 2), CirculantRelativeBias((3, 4), 2, prefix=1)):
+        compiled = torch.compile(module, fullgraph=True, backend="eager")
+        assert torch.equal(compiled(), module()) and not list(module.buffers())
+    for neighbourhood, size in ((3, None), (None, 4)):
+        encoding = OrbitalTableEncoding(CyclicGroup(4), 2, lifting=False, neighbourhood=neighbourhood, size=size)
+        geometry = relative_geometry(CyclicGroup(4), 5 if neighbourhood else 4, 5 if neighbourhood else 4, neighbourhood)
+        gathered = torch.compile(lambda: encoding.bias(geometry), fullgraph=True, backend="eager")()  # noqa: B023
+        assert torch.equal(gathered, encoding.bias(geometry)) and not list(encoding.buffers())
 
 
 def test_labels_contract_decides_exactly() -> None:

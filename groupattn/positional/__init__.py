@@ -1,10 +1,15 @@
 """Positional encodings, each with its contract: invariant ones built from orbitals, and baselines.
 
-Pairwise biases share one code path, a table indexed by a label per token pair
-(:class:`PairTableBias`): :class:`OrbitalBias` (a learned value per orbital of any
-G-set), :class:`ContinuousOrbitalBias` (an MLP of a pair invariant),
-:class:`CirculantRelativeBias` (the orbitals of torus translations), and the
-baselines :class:`PairwiseBias` and :class:`ClippedRelativeBias`.
+Every encoding indexed by orbital shares one code path, :class:`IndexedTable` (an index
+the module owns, a plain tensor attribute, and the gather of a table by it). Pairwise
+biases, a table indexed by a label per token pair (:class:`PairTableBias`):
+:class:`OrbitalBias` (a learned value per orbital of any G-set),
+:class:`ContinuousOrbitalBias` (an MLP of a pair invariant),
+:class:`CirculantRelativeBias` (the orbitals of torus translations), and the baselines
+:class:`PairwiseBias` and :class:`ClippedRelativeBias`. Roto-translations:
+:class:`OrbitalTableEncoding` (a learned value per orbital of ``T ⋊ H`` on the
+(output, key) pairs of lifting and group attention, labels from the closed form of
+:func:`relative_geometry`).
 """
 
 from ._group import (
@@ -19,6 +24,7 @@ from ._group import (
 )
 from ._orbital import (
     ContinuousOrbitalBias,
+    IndexedTable,
     OrbitalBias,
     PairTableBias,
     PairwiseBias,
@@ -42,6 +48,7 @@ __all__ = [
     "ContinuousOrbitalBias",
     "ConvPositionalEncoding",
     "GroupPositionalEncoding",
+    "IndexedTable",
     "OrbitalBias",
     "OrbitalTableEncoding",
     "PairTableBias",

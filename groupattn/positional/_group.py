@@ -12,22 +12,28 @@ equivariant to T ⋊ H exactly when their positional information is a function o
 small table plus a long index tensor mapping every ``(h, query, key)`` triple to its
 table entry. The encodings below produce one value per table entry (and head); layers
 gather the bias from the table with the index
-(:meth:`GroupPositionalEncoding.bias`, the same gather as
+(:meth:`GroupPositionalEncoding.bias`, the gather of
 :class:`~groupattn.positional.OrbitalBias`), so the bias is constant on orbitals by
 construction. For point groups acting exactly on the grid the table entries are the
 orbitals of ``GSet.lifted_grid`` (group layers) on pairs, enumerated here by a fast
-closed form instead of union–find.
+closed form instead of union–find; :class:`OrbitalTableEncoding`, one learned value per
+orbital, is a specialisation of :class:`~groupattn.positional.IndexedTable` — the same
+"index by orbital" class as :class:`~groupattn.positional.OrbitalBias` and
+:class:`~groupattn.positional.CirculantRelativeBias` — with that closed form as its labels.
 """
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from functools import cache, lru_cache
+from typing import cast
 
 import torch
 from torch import nn
 
 from ..groups import GroupError, PointGroup, integer_matrix, real_matrix
+from ._orbital import IndexedTable, gather_pair_table
 
 __all__ = [
     "ContinuousGroupEncoding",
@@ -369,21 +375,25 @@ class GroupPositionalEncoding(nn.Module):
     def bias(self, geometry: RelativeGeometry) -> torch.Tensor:
         """The additive bias gathered to every ``(h, query, key)`` triple: ``(heads, *geometry.index.shape)``.
 
-        The same "index a table by orbital" code path as
+        The "index a table by orbital" gather of
         :class:`~groupattn.positional.OrbitalBias`
         (:func:`~groupattn.positional.gather_pair_table` of the ``(heads, T)`` table by
-        ``geometry.index``); a pure gather, so the bias is constant on the orbitals.
+        the geometry's orbital index); a pure gather, so the bias is constant on the
+        orbitals.
 
         Raises
         ------
         GroupError
-            If the encoding has no additive bias.
+            If the encoding has no additive bias, or (for a table of fixed geometry)
+            the geometry is not the table's.
         """
-        from ._orbital import gather_pair_table
-
         table, _ = self(geometry)
         if table is None:
             raise GroupError(f"{type(self).__name__}: expected an additive encoding for bias(), got additive=False")
+        return self._gather_entries(table, geometry)
+
+    def _gather_entries(self, table: torch.Tensor, geometry: RelativeGeometry) -> torch.Tensor:
+        """``(heads, T)`` → ``(heads, *geometry.index.shape)``, read by ``geometry.index``."""
         return gather_pair_table(table, geometry.index.to(table.device))
 
     def contract(self, group: object, input_type: object = None) -> object:
@@ -393,13 +403,44 @@ class GroupPositionalEncoding(nn.Module):
         return Contract.invariant(input_type)
 
 
-class OrbitalTableEncoding(GroupPositionalEncoding):
+def _grid_size(size: object, module: str) -> tuple[int, int]:
+    """``(height, width)`` from one int or a pair of ints, each at least 1."""
+    pair = (size, size) if not isinstance(size, (tuple, list)) else tuple(size)
+    try:
+        if isinstance(size, bool) or len(pair) != 2 or any(isinstance(v, bool) for v in pair):
+            raise TypeError
+        height, width = (operator.index(v) for v in pair)
+    except TypeError:
+        raise GroupError(f"{module}: expected a grid size (height, width) of ints, got {size!r}") from None
+    if height < 1 or width < 1:
+        raise GroupError(f"{module}: expected a grid size of at least 1x1, got {height}x{width}")
+    return height, width
+
+
+class OrbitalTableEncoding(GroupPositionalEncoding, IndexedTable):
     """A learned table: one value per orbital per head (and optionally a vector).
 
+    The roto-translation case of :class:`~groupattn.positional.IndexedTable`, the class
+    :class:`~groupattn.positional.OrbitalBias` and
+    :class:`~groupattn.positional.CirculantRelativeBias` specialise too: its labels,
+    :attr:`orbital_index`, are the orbitals of ``T ⋊ H`` on the (output, key) pairs of
+    the layer, enumerated once at construction by the closed form of
+    :func:`relative_geometry` (no union–find) and copied into the module — a plain
+    tensor attribute, not a parameter or buffer, so not in the ``state_dict`` (which
+    holds ``table`` only). Memory: the index has one long per (output, key) pair, e.g.
+    ``(|H|·h·w)²`` for a global group layer.
+
     Needs the geometry at construction because the number of orbitals depends on it:
-    for global layers the grid size, for local layers only the window. Only point
-    groups acting exactly on the grid (C1, C2, C4, D1, D2, D4) have finitely many,
-    exactly invariant orbitals.
+    for global layers the grid size, for local layers only the window (one table serves
+    every grid the window fits in). Only point groups acting exactly on the grid (C1,
+    C2, C4, D1, D2, D4) have finitely many, exactly invariant orbitals.
+
+    Contract: invariant (it depends on orbitals only).
+
+    Shapes: ``forward(geometry)`` → bias ``(heads, T)`` (or ``None``) and vectors
+    ``(T, heads, d)`` (or ``None``); :meth:`bias` → ``(heads, *orbital_index.shape)``:
+    lifting global ``(|H|, N, N)``, group global ``(|H|, N, |H|, N)``, lifting local
+    ``(|H|, k²)``, group local ``(|H|, k², |H|)``.
 
     Parameters
     ----------
@@ -419,8 +460,16 @@ class OrbitalTableEncoding(GroupPositionalEncoding):
     Raises
     ------
     GroupError
-        For a point group that does not act exactly on the grid, or a global table
-        without ``size``.
+        For a point group that does not act exactly on the grid, a global table
+        without ``size`` or with a grid the point group cannot act on (non-square under
+        quarter turns, a side below 1), or an even neighbourhood.
+
+    Examples
+    --------
+    >>> from groupattn.groups import CyclicGroup
+    >>> encoding = OrbitalTableEncoding(CyclicGroup(4), num_heads=2, lifting=False, size=3)
+    >>> encoding.table.shape, encoding.orbital_index.shape, encoding.num_labels
+    (torch.Size([36, 2]), torch.Size([4, 9, 4, 9]), 36)
     """
 
     def __init__(
@@ -435,34 +484,74 @@ class OrbitalTableEncoding(GroupPositionalEncoding):
         init_std: float = 1.0,
     ) -> None:
         super().__init__(num_heads, vector_channels, additive)
+        name = "OrbitalTableEncoding"
         if not point_group.acts_exactly_on_grid:
             raise GroupError(
-                f"OrbitalTableEncoding: expected a point group acting exactly on the grid (C1, C2, C4, D1, D2, D4), "
+                f"{name}: expected a point group acting exactly on the grid (C1, C2, C4, D1, D2, D4), "
                 f"got {point_group.name}; use ContinuousGroupEncoding for finer rotations"
             )
         if neighbourhood is None and size is None:
-            raise GroupError("OrbitalTableEncoding: expected the grid size for a global table, got size=None")
+            raise GroupError(f"{name}: expected the grid size for a global table, got size=None")
         self.point_group = point_group
         self.lifting = lifting
         self.neighbourhood = neighbourhood
+        self.size: tuple[int, int] | None = None
         if neighbourhood is not None:
-            spatial = neighbourhood * neighbourhood
-            self.size: tuple[int, int] | None = None
+            height = width = neighbourhood  # local orbitals depend on the window only
         else:
-            hw = (size, size) if isinstance(size, int) else tuple(size)  # type: ignore[arg-type]
-            self.size = (int(hw[0]), int(hw[1]))
-            spatial = self.size[0] * self.size[1]
-        entries = spatial * (1 if lifting else point_group.order())
-        self.table = nn.Parameter(torch.randn(entries, self.out_features) * init_std)
+            self.size = height, width = _grid_size(size, name)
+        check_grid(point_group, height, width, neighbourhood, name)
+        geometry = relative_geometry(point_group, height, width, neighbourhood, lifting)  # the fast closed form
+        self._set_labels(geometry.index, geometry.num_entries)
+        self.table = nn.Parameter(torch.randn(geometry.num_entries, self.out_features) * init_std)
+
+    @property
+    def orbital_index(self) -> torch.Tensor:
+        """Long tensor of the orbital of every (output, key) pair (see :attr:`RelativeGeometry.index`)."""
+        return self.pair_index
+
+    def _describe_geometry(self, geometry: RelativeGeometry | None = None) -> str:
+        if geometry is None:
+            grid = f"{self.size[0]}x{self.size[1]}" if self.size else f"window {self.neighbourhood}"
+            kind, group, count = self.lifting, self.point_group.name, self.num_labels
+        else:
+            window = geometry.neighbourhood
+            grid = f"{geometry.height}x{geometry.width}" if window is None else f"window {window}"
+            kind, group, count = geometry.lifting, geometry.point_group.name, geometry.num_entries
+        return f"{grid} geometry ({'lifting' if kind else 'group'} layer, {group}) with {count} orbitals"
+
+    def _check_geometry(self, geometry: RelativeGeometry) -> None:
+        """Raise :class:`GroupError` unless ``geometry`` is the one the table was built for."""
+        same = (
+            geometry.point_group == self.point_group
+            and geometry.lifting == self.lifting
+            and geometry.neighbourhood == self.neighbourhood
+            and (self.size is None or (geometry.height, geometry.width) == self.size)
+            and geometry.num_entries == self.num_labels
+            and geometry.index.shape == self.pair_index.shape
+        )
+        if not same:
+            raise GroupError(
+                f"OrbitalTableEncoding: expected a {self._describe_geometry()}, "
+                f"got a {self._describe_geometry(geometry)}"
+            )
 
     def entry_values(self, geometry: RelativeGeometry) -> torch.Tensor:
-        if geometry.num_entries != self.table.shape[0] or geometry.lifting != self.lifting:
-            expected = f"{self.size[0]}x{self.size[1]}" if self.size else f"window {self.neighbourhood}"
-            raise GroupError(
-                f"OrbitalTableEncoding: expected a {expected} geometry with {self.table.shape[0]} orbitals, "
-                f"got {geometry.height}x{geometry.width} with {geometry.num_entries}"
-            )
+        """``(T, out_features)``: the learned table, after checking the geometry is the table's.
+
+        Raises
+        ------
+        GroupError
+            For a geometry of another point group, kind, window or grid.
+        """
+        self._check_geometry(geometry)
         return self.table
+
+    def _gather_entries(self, table: torch.Tensor, geometry: RelativeGeometry) -> torch.Tensor:
+        """The shared gather (:meth:`~groupattn.positional.IndexedTable.gather`) by the table's
+        own orbital index: ``geometry.index`` for every geometry of :func:`relative_geometry`
+        that :meth:`entry_values` accepts (same point group, kind, window or grid)."""
+        return self.gather(table)
 
 
 class ContinuousGroupEncoding(GroupPositionalEncoding):
@@ -504,18 +593,15 @@ class ContinuousGroupEncoding(GroupPositionalEncoding):
         super().__init__(num_heads, vector_channels, additive)
         self.point_group = point_group
         self.lifting = lifting
-        self.mlp = nn.Sequential(nn.Linear(2, hidden), nn.GELU(), nn.Linear(hidden, self.out_features))
-        last = self.mlp[2]
-        assert isinstance(last, nn.Linear)
+        first, last = nn.Linear(2, hidden), nn.Linear(hidden, self.out_features)  # in this order (seeded inits)
+        self.mlp = nn.Sequential(first, nn.GELU(), last)
         nn.init.normal_(last.weight, std=init_std / hidden**0.5)
         self.group_embedding = (
             None if lifting else nn.Parameter(torch.randn(point_group.order(), self.out_features) * init_std)
         )
 
     def entry_values(self, geometry: RelativeGeometry) -> torch.Tensor:
-        first = self.mlp[0]
-        assert isinstance(first, nn.Linear)
-        weight = first.weight
+        weight = cast(nn.Linear, self.mlp[0]).weight
         coords = (geometry.spatial_offsets / geometry.scale).to(dtype=weight.dtype, device=weight.device)
         spatial = self.mlp(coords)  # (S, F)
         if geometry.lifting != self.lifting:

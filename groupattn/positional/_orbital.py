@@ -1,8 +1,8 @@
-"""Pairwise attention biases indexed by a label per token pair: orbitals and baselines.
+"""Encodings indexed by orbital: pairwise attention biases, orbitals and baselines.
 
-Every pairwise bias here is one code path: a table of values of shape ``(heads, K)``
-and a long ``(N, N)`` label per token pair; the bias is ``table[:, label]`` of shape
-``(heads, N, N)``. The labels decide the symmetry:
+Every pairwise bias here is one code path, :class:`IndexedTable`: a table of values of
+shape ``(heads, K)`` and a long label per token pair, owned by the module; the bias is
+``table[:, label]`` of shape ``(heads, N, N)``. The labels decide the symmetry:
 
 * :class:`OrbitalBias` — labels are the *orbitals* of a group ``G`` acting on the
   tokens (a :class:`~groupattn.actions.GSet`): the bias is ``G``-invariant by
@@ -14,30 +14,35 @@ and a long ``(N, N)`` label per token pair; the bias is ``table[:, label]`` of s
 * :class:`~groupattn.positional.CirculantRelativeBias` — the orbitals of the torus
   translations; :class:`~groupattn.positional.ClippedRelativeBias` — Swin's clipped
   offsets (not constant on orbitals).
+* :class:`~groupattn.positional.OrbitalTableEncoding` — the roto-translation case
+  (p4, p4m, …): the orbitals of ``T ⋊ H`` on the (output, key) pairs of lifting and
+  group attention, enumerated by a closed form.
 
 The contract of a label-indexed bias can be decided exactly: with a generic table it is
 invariant under ``G`` if and only if every generator ``p`` of the token permutation
 preserves the labels, ``label[p(i), p(j)] = label[i, j]``. :func:`labels_contract` checks
 this on the generators.
 
-The label index is a plain tensor attribute (not a parameter, not a registered buffer):
-it moves with the module (``.to(device)``) and never enters the ``state_dict``.
+The label index is the module's own copy, a plain tensor attribute (not a parameter,
+not a registered buffer): it moves with the module (``.to(device)``), never enters the
+``state_dict`` and does not break ``torch.compile``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import nn
 
 from ..actions import FieldType, GSet, GSetField, TokenField
 from ..contracts import Contract
-from ..groups import Group, GroupElement, GroupError
+from ..groups import Group, GroupError
 
 __all__ = [
     "ContinuousOrbitalBias",
+    "IndexedTable",
     "OrbitalBias",
     "PairTableBias",
     "PairwiseBias",
@@ -181,18 +186,134 @@ def labels_contract(
     return Contract.invariant(field_type)
 
 
-def _short(g: GroupElement) -> str:
+def _short(g: object) -> str:
     text = repr(g)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-class PairTableBias(nn.Module):
+def _describe(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    return f"{type(value).__name__} {_short(value)}"
+
+
+class IndexedTable(nn.Module):
+    """Base class of every encoding indexed by orbital: an index it owns, and the gather by it.
+
+    The one "index by orbital" code path of :mod:`groupattn.positional`. A subclass sets
+    its labels once with :meth:`_set_labels` — a long tensor of any shape ``S`` with
+    values in ``[0, K)`` — and reads a ``(heads, K)`` table of values through
+    :meth:`gather`: ``out[h, s] = values[h, labels[s]]`` of shape ``(heads, *S)``
+    (:func:`gather_pair_table`, a pure gather, exact in every dtype). Where the labels
+    are orbitals, the result is constant on orbitals by construction.
+
+    Specialisations: :class:`PairTableBias` (labels ``(N, N)``, one per token pair:
+    :class:`OrbitalBias`, :class:`ContinuousOrbitalBias`,
+    :class:`~groupattn.positional.CirculantRelativeBias` and the baselines
+    :class:`PairwiseBias`, :class:`~groupattn.positional.ClippedRelativeBias`) and
+    :class:`~groupattn.positional.OrbitalTableEncoding` (labels ``(|H|, N, |H|, N)``
+    and the like: the orbitals of ``T ⋊ H`` on (output, key) pairs of lifting and group
+    attention, from the closed form of :func:`~groupattn.positional.relative_geometry`).
+
+    The labels, :attr:`pair_index`:
+
+    * belong to the module: :meth:`_set_labels` copies them, so editing one module's
+      index in place reaches neither another module nor the cache it was read from
+      (``GSet.orbitals()``, :func:`~groupattn.positional.relative_geometry`);
+    * are a plain tensor attribute — not a parameter, not a registered buffer: they never
+      enter the ``state_dict`` (checkpoints hold weights only, and stay loadable when the
+      enumeration of the labels changes), ``.to()``/``.cuda()`` move them with the
+      module's parameters, and ``torch.compile`` reads them as a constant attribute,
+      without a graph break.
+
+    Other plain tensor attributes a subclass names in ``_plain_tensors`` follow the
+    parameters' device the same way (e.g. :class:`ContinuousOrbitalBias`'s features).
+    """
+
+    pair_index: torch.Tensor
+    _plain_tensors: ClassVar[tuple[str, ...]] = ("pair_index",)
+    _num_labels: int
+
+    def _set_labels(self, labels: torch.Tensor, num_labels: int | None = None) -> None:
+        """Own a long, contiguous copy of ``labels`` as :attr:`pair_index`.
+
+        Parameters
+        ----------
+        labels
+            Integer tensor of any shape ``S``, values in ``[0, num_labels)``.
+        num_labels
+            ``K``, the number of table entries; ``labels.max() + 1`` (0 if empty) when
+            omitted.
+
+        Raises
+        ------
+        GroupError
+            For labels that are not integers, or a label outside ``[0, K)``.
+        """
+        name = type(self).__name__
+        if not isinstance(labels, torch.Tensor) or labels.is_floating_point() or labels.is_complex() or (
+            labels.dtype == torch.bool
+        ):
+            raise GroupError(f"{name}: expected an integer label tensor, got {_describe(labels)}")
+        owned = labels.detach().long().clone(memory_format=torch.contiguous_format)
+        low, high = (int(owned.min()), int(owned.max())) if owned.numel() else (0, -1)
+        k = high + 1 if num_labels is None else num_labels
+        if low < 0 or high >= k:
+            raise GroupError(f"{name}: expected labels in [0, {k}), got labels from {low} to {high}")
+        # a plain attribute: no parameter, no registered buffer (see the class docstring)
+        self.__dict__["pair_index"] = owned
+        self._num_labels = k
+
+    @property
+    def num_labels(self) -> int:
+        """``K``, the number of table entries per head."""
+        return self._num_labels
+
+    def _device(self) -> torch.device:
+        """Where the labels belong: the first parameter's device (a real tensor, also while
+        ``values`` is a tracing proxy), or the labels' own for a module without parameters."""
+        reference = next(self.parameters(), None)
+        if reference is None:
+            return self.pair_index.device if "pair_index" in self.__dict__ else torch.device("cpu")
+        return reference.device
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Any:  # type: ignore[override]
+        out = super()._apply(fn, recurse)
+        device = self._device()
+        for name in self._plain_tensors:
+            tensor = self.__dict__.get(name)
+            if tensor is not None and tensor.device != device:
+                self.__dict__[name] = tensor.to(device)
+        return out
+
+    def gather(self, values: torch.Tensor) -> torch.Tensor:
+        """``out[h, s] = values[h, pair_index[s]]``: the table read by the labels.
+
+        Parameters
+        ----------
+        values
+            ``(heads, K)`` on the module's device.
+
+        Returns
+        -------
+        torch.Tensor
+            ``(heads, *pair_index.shape)``.
+        """
+        index = self.pair_index
+        device = self._device()
+        if index.device != device:  # parameters moved without .to()/.cuda() (e.g. assigned)
+            index = index.to(device)
+        return gather_pair_table(values, index)
+
+
+class PairTableBias(IndexedTable):
     """Base class: a bias ``(heads, prefix + N, prefix + N)`` read from a table by a label per pair.
 
-    Subclasses set the labels with :meth:`_set_labels` and implement :meth:`values`
-    (the ``(heads, K)`` table); :meth:`forward` gathers (:func:`gather_pair_table`) and
-    pads ``prefix`` leading tokens with bias 0. The labels are a plain tensor
-    attribute ``pair_index`` moved by ``.to()``/``.cuda()`` with the module.
+    The token-pair case of :class:`IndexedTable`: subclasses set ``(N, N)`` labels with
+    :meth:`~IndexedTable._set_labels` and implement :meth:`values` (the ``(heads, K)``
+    table); :meth:`forward` gathers (:meth:`~IndexedTable.gather`) and pads ``prefix``
+    leading tokens with bias 0. The labels are the module's own plain tensor attribute
+    ``pair_index``, moved by ``.to()``/``.cuda()`` with the module.
 
     Contract: see :func:`labels_contract` (decided from the labels).
 
@@ -205,8 +326,6 @@ class PairTableBias(nn.Module):
         columns get bias 0.
     """
 
-    pair_index: torch.Tensor
-
     def __init__(self, heads: int, prefix: int = 0) -> None:
         super().__init__()
         if heads < 1:
@@ -215,38 +334,13 @@ class PairTableBias(nn.Module):
             raise GroupError(f"{type(self).__name__}: expected prefix >= 0, got {prefix}")
         self.heads, self.prefix = heads, prefix
 
-    def _set_labels(self, labels: torch.Tensor) -> None:
-        # a plain attribute: no parameter, no registered buffer (see the module docstring)
-        self.__dict__["pair_index"] = labels.long().contiguous()
-
-    @property
-    def num_labels(self) -> int:
-        """``K``, the number of table entries per head."""
-        return int(self.pair_index.max()) + 1 if self.pair_index.numel() else 0
-
-    def _reference(self) -> torch.Tensor:
-        """A parameter whose device the labels follow."""
-        return next(self.parameters())
-
-    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Any:  # type: ignore[override]
-        out = super()._apply(fn, recurse)
-        device = self._reference().device
-        if self.pair_index.device != device:
-            self.__dict__["pair_index"] = self.pair_index.to(device)
-        return out
-
     def values(self) -> torch.Tensor:
         """``(heads, K)``: one value per label and head."""
         raise NotImplementedError
 
     def forward(self) -> torch.Tensor:
         """The bias ``(heads, prefix + N, prefix + N)``."""
-        values = self.values()
-        index = self.pair_index
-        device = self._reference().device  # a real parameter (also under torch.fx tracing)
-        if index.device != device:  # parameters moved without .to()/.cuda() (e.g. assigned)
-            index = index.to(device)
-        bias = gather_pair_table(values, index)
+        bias = self.gather(self.values())
         if self.prefix:
             bias = nn.functional.pad(bias, (self.prefix, 0, self.prefix, 0))
         return bias
@@ -268,21 +362,55 @@ class _OrbitalLabels(PairTableBias):
         return self.pair_index
 
 
-def _check_gset(module: str, gset: Any) -> GSet:
-    if not isinstance(gset, GSet):
-        raise GroupError(f"{module}: expected a GSet, got {gset!r}")
-    return gset
+class _GSetOrbitals(_OrbitalLabels):
+    """A pair table over the orbitals of a G-set: what :class:`OrbitalBias` and
+    :class:`ContinuousOrbitalBias` share (the G-set check, the labels, the contract).
+
+    Sets ``field = GSetField(gset)`` and the labels ``gset.orbitals()`` (copied: the
+    G-set's cache stays the G-set's).
+
+    Raises
+    ------
+    GroupError
+        If ``gset`` is not a :class:`~groupattn.actions.GSet`.
+    """
+
+    def __init__(self, gset: GSet, heads: int) -> None:
+        super().__init__(heads)
+        if not isinstance(gset, GSet):
+            raise GroupError(f"{type(self).__name__}: expected a GSet, got {_describe(gset)}")
+        self.field = GSetField(gset)
+        self._set_labels(gset.orbitals())
+
+    @property
+    def gset(self) -> GSet:
+        """The G-set of the tokens."""
+        return self.field.gset
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """Invariant under the G-set's group; otherwise decided from the orbitals."""
+        field = input_type if isinstance(input_type, FieldType) else self.field
+        if field == self.field and group == self.gset.group:
+            return Contract.invariant(field)
+        return labels_contract(
+            self.orbital_index, group, field, type(self).__name__,
+            f"the orbitals of {self.gset.group.name} are not unions of orbitals of {group.name}",
+        )
+
+    def extra_repr(self) -> str:
+        return f"gset={self.gset.name}, heads={self.heads}, orbitals={self.num_labels}"
 
 
-class OrbitalBias(_OrbitalLabels):
+class OrbitalBias(_GSetOrbitals):
     """A learned attention bias with one value per orbital of ``G`` on token pairs, per head.
 
     ``bias[h, i, j] = table[h, orbital(i, j)]`` with the orbital labels of
-    ``gset.orbitals()`` (computed from the generators once, at construction). Two pairs
-    get the same value exactly when some group element maps one onto the other, so the
-    bias is the most expressive ``G``-invariant learned bias: for ``S_n`` it has 2
-    values per head (``i = j`` and ``i ≠ j``), for a graph's automorphisms one per
-    orbital of node pairs, for torus translations one per circular offset.
+    ``gset.orbitals()`` (computed from the generators once, at construction, and copied
+    into the module). Two pairs get the same value exactly when some group element maps
+    one onto the other, so the bias is the most expressive ``G``-invariant learned bias:
+    for ``S_n`` it has 2 values per head (``i = j`` and ``i ≠ j``), for a graph's
+    automorphisms one per orbital of node pairs, for torus translations one per circular
+    offset.
 
     Contract: *invariant* under ``gset.group`` (input type
     ``GSetField(gset)``); under another group acting on the tokens through a given
@@ -299,6 +427,11 @@ class OrbitalBias(_OrbitalLabels):
     init_std
         Standard deviation of the normal initialisation of the table.
 
+    Raises
+    ------
+    GroupError
+        If ``gset`` is not a :class:`~groupattn.actions.GSet` or ``heads < 1``.
+
     Examples
     --------
     >>> from groupattn.actions import GSet
@@ -309,35 +442,15 @@ class OrbitalBias(_OrbitalLabels):
     """
 
     def __init__(self, gset: GSet, heads: int, init_std: float = 0.02) -> None:
-        super().__init__(heads)
-        self.field = GSetField(_check_gset("OrbitalBias", gset))
-        self._set_labels(gset.orbitals())
+        super().__init__(gset, heads)
         self.table = nn.Parameter(torch.randn(heads, self.num_labels) * init_std)
-
-    @property
-    def gset(self) -> GSet:
-        """The G-set of the tokens."""
-        return self.field.gset
 
     def values(self) -> torch.Tensor:
         """The learned table ``(heads, K)``, ``K`` = number of orbitals."""
         return self.table
 
-    def contract(self, group: Group, input_type: Any = None) -> Contract:
-        """Invariant under the G-set's group; otherwise decided from the orbitals."""
-        field = input_type if isinstance(input_type, FieldType) else self.field
-        if field == self.field and group == self.gset.group:
-            return Contract.invariant(field)
-        return labels_contract(
-            self.orbital_index, group, field, "OrbitalBias",
-            f"the orbitals of {self.gset.group.name} are not unions of orbitals of {group.name}",
-        )
 
-    def extra_repr(self) -> str:
-        return f"gset={self.gset.name}, heads={self.heads}, orbitals={self.num_labels}"
-
-
-class ContinuousOrbitalBias(_OrbitalLabels):
+class ContinuousOrbitalBias(_GSetOrbitals):
     """An attention bias given by an MLP of a pair invariant, evaluated once per orbital.
 
     ``bias[h, i, j] = mlp(f(i, j) / scale)[h]`` for a user-supplied pair invariant
@@ -377,11 +490,13 @@ class ContinuousOrbitalBias(_OrbitalLabels):
     Raises
     ------
     GroupError
-        If ``f`` has the wrong shape, is not finite, or is not constant on an orbital
-        (naming the orbital, two of its pairs and their values).
+        If ``gset`` is not a :class:`~groupattn.actions.GSet`, or ``f`` has the wrong
+        shape, is not finite, or is not constant on an orbital (naming the orbital, two
+        of its pairs and their values).
     """
 
     features: torch.Tensor
+    _plain_tensors: ClassVar[tuple[str, ...]] = ("pair_index", "features")
 
     def __init__(
         self,
@@ -392,9 +507,8 @@ class ContinuousOrbitalBias(_OrbitalLabels):
         tolerance: float = 1e-9,
         init_std: float = 0.02,
     ) -> None:
-        super().__init__(heads)
+        super().__init__(gset, heads)
         name = "ContinuousOrbitalBias"
-        self.field = GSetField(_check_gset(name, gset))
         n = gset.num_points
         if callable(invariant_fn) and not isinstance(invariant_fn, torch.Tensor):
             i, j = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
@@ -409,10 +523,8 @@ class ContinuousOrbitalBias(_OrbitalLabels):
                              f"got {tuple(torch.as_tensor(raw).shape)}")
         if not bool(torch.isfinite(values).all()):
             raise GroupError(f"{name}: expected finite pair invariants, got inf or nan")
-        orbitals = gset.orbitals()
-        self._set_labels(orbitals)
         k = self.num_labels
-        flat, labels = values.reshape(n * n, -1), orbitals.reshape(-1)
+        flat, labels = values.reshape(n * n, -1), self.pair_index.reshape(-1)
         f = flat.shape[1]
         lo = torch.full((k, f), float("inf"), dtype=torch.float64).scatter_reduce(
             0, labels[:, None].expand(-1, f), flat, reduce="amin"
@@ -439,43 +551,19 @@ class ContinuousOrbitalBias(_OrbitalLabels):
         norm = torch.where(norm > 0, norm, torch.ones_like(norm))
         self.__dict__["features"] = (flat[first] / norm).contiguous()  # (K, F), one per orbital
         self.num_features = f
-        self.mlp = nn.Sequential(nn.Linear(f, hidden), nn.GELU(), nn.Linear(hidden, heads))
-        last = self.mlp[2]
-        assert isinstance(last, nn.Linear)
+        inner, last = nn.Linear(f, hidden), nn.Linear(hidden, heads)  # in this order (seeded inits)
+        self.mlp = nn.Sequential(inner, nn.GELU(), last)
         nn.init.normal_(last.weight, std=init_std / hidden**0.5)
         nn.init.zeros_(last.bias)
 
-    @property
-    def gset(self) -> GSet:
-        """The G-set of the tokens."""
-        return self.field.gset
-
-    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Any:  # type: ignore[override]
-        out = super()._apply(fn, recurse)
-        device = self._reference().device
-        if self.features.device != device:
-            self.__dict__["features"] = self.features.to(device)
-        return out
-
     def values(self) -> torch.Tensor:
         """``(heads, K)``: the MLP of each orbital's invariant (normalised by its largest magnitude)."""
-        first = self.mlp[0]
-        assert isinstance(first, nn.Linear)
-        features = self.features.to(device=first.weight.device, dtype=first.weight.dtype)
+        weight = cast(nn.Linear, self.mlp[0]).weight
+        features = self.features.to(device=weight.device, dtype=weight.dtype)
         return self.mlp(features).transpose(0, 1)
 
-    def contract(self, group: Group, input_type: Any = None) -> Contract:
-        """Invariant under the G-set's group; otherwise decided from the orbitals."""
-        field = input_type if isinstance(input_type, FieldType) else self.field
-        if field == self.field and group == self.gset.group:
-            return Contract.invariant(field)
-        return labels_contract(
-            self.orbital_index, group, field, "ContinuousOrbitalBias",
-            f"the orbitals of {self.gset.group.name} are not unions of orbitals of {group.name}",
-        )
-
     def extra_repr(self) -> str:
-        return f"gset={self.gset.name}, heads={self.heads}, orbitals={self.num_labels}, features={self.num_features}"
+        return f"{super().extra_repr()}, features={self.num_features}"
 
 
 class PairwiseBias(PairTableBias):

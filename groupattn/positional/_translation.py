@@ -77,9 +77,10 @@ class CirculantRelativeBias(_OrbitalLabels):
     ``TorusTranslations(h, w)`` on token pairs (``h·w`` orbitals, one per circular
     offset), read from ``GSet.grid(TorusTranslations(h, w), h, w).orbitals()``. It is
     the torus case of :class:`~groupattn.positional.OrbitalBias` and shares its code
-    path (:class:`~groupattn.positional.PairTableBias`): the ``(N, N)`` orbital labels
-    are a plain tensor attribute built once (not a parameter, not a buffer), gathered
-    from the table on every call.
+    path (:class:`~groupattn.positional.IndexedTable` through
+    :class:`~groupattn.positional.PairTableBias`): the ``(N, N)`` orbital labels are the
+    module's own plain tensor attribute, built once (not a parameter, not a buffer),
+    gathered from the table on every call.
 
     Contract: *invariant* under ``TorusTranslations(h, w)`` — ``bias[g·i, g·j] =
     bias[i, j]`` — so attention with this bias is translation-equivariant.
