@@ -53,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered.
 
     Bad arguments exit with code 2 and one line on stderr; ``groupattn check`` documents
-    its other exit codes in ``groupattn check --help``.
+    its other exit codes in ``groupattn check --help``, ``groupattn train`` and
+    ``groupattn demo`` theirs in their ``--help`` (3: ``--data`` needs an optional extra
+    that is not installed).
     """
     parser = _Parser(prog="groupattn", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)

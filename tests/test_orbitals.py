@@ -265,3 +265,16 @@ def test_large_permutation_group_is_enumerated_at_most_once(monkeypatch: pytest.
     assert len(calls) <= 1  # never enumerated (Schreier–Sims), or the failed closure is remembered
     with pytest.raises(GroupError, match="max_order=200"):
         big.elements()
+
+
+def test_orbitals_are_a_copy_the_cache_cannot_be_edited_through() -> None:
+    """Editing the returned labels in place must not change the G-set (attack finding)."""
+    from groupattn.actions import GSet
+    from groupattn.groups import SymmetricGroup
+
+    gset = GSet.natural(SymmetricGroup(4))
+    labels = gset.orbitals()
+    labels.fill_(7)
+    again = gset.orbitals()
+    assert again.max() == 1 and again.min() == 0
+    assert gset.num_orbitals() == 2

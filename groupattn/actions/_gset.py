@@ -325,6 +325,8 @@ class GSet:
         Two pairs ``(i, j)`` and ``(i', j')`` share a label exactly when some ``g`` maps
         ``i ↦ i'`` and ``j ↦ j'``. A pairwise bias is G-invariant exactly when it is a
         function of this label — the basis of invariant positional encodings.
+
+        Returns a fresh copy each time: editing it cannot change the G-set's cache.
         """
         if self._orbitals is None:
             n = self.num_points
@@ -332,11 +334,14 @@ class GSet:
             for p in self._generator_permutations():
                 pair_perms.append((p[:, None] * n + p[None, :]).reshape(-1))
             self._orbitals = connected_labels(n * n, pair_perms).reshape(n, n)
-        return self._orbitals
+        return self._orbitals.clone()
 
     def num_orbitals(self) -> int:
         """The number of orbitals (orbits on ordered pairs)."""
-        return int(self.orbitals().max()) + 1 if self.num_points else 0
+        if not self.num_points:
+            return 0
+        labels = self._orbitals if self._orbitals is not None else self.orbitals()
+        return int(labels.max()) + 1
 
     def __repr__(self) -> str:
         return f"GSet({self.name}, n={self.num_points})"

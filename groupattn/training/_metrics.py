@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from ..data import random_shifts, rotate_quarter_turns
+
+if TYPE_CHECKING:
+    from ._robustness import Robustness
 
 __all__ = [
     "Evaluation",
@@ -134,6 +137,11 @@ class Evaluation:
     predicted_classes
         How many different classes the model predicts on the clean test images; 1 means
         a constant prediction, whose consistency says nothing about invariance.
+    robustness
+        With ``evaluate(..., robustness=True)``: the papers' protocols by name,
+        ``"rotation"`` (any angle), ``"circular_shift"`` and ``"crop_shift"`` (see
+        :func:`rotation_robustness`, :func:`circular_shift_robustness` and
+        :func:`crop_shift_robustness`); empty otherwise.
     """
 
     accuracy: float
@@ -144,12 +152,15 @@ class Evaluation:
     accuracy_by_shift: dict[int, float] = field(default_factory=dict)
     accuracy_by_rotation: dict[int, float] = field(default_factory=dict)
     predicted_classes: int = 0
+    robustness: dict[str, Robustness] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dictionary (dictionary keys become strings)."""
+        """A JSON-ready dictionary (dictionary keys become strings; ``robustness`` only if measured)."""
         data = asdict(self)
         data["accuracy_by_shift"] = {str(k): v for k, v in self.accuracy_by_shift.items()}
         data["accuracy_by_rotation"] = {str(k): v for k, v in self.accuracy_by_rotation.items()}
+        if not self.robustness:
+            del data["robustness"]
         return data
 
 
@@ -161,10 +172,38 @@ def evaluate(
     seed: int = 0,
     distances: Sequence[int] | None = None,
     batch_size: int = 256,
+    robustness: bool = False,
+    crop_shift: int = 4,
+    fill: float | Sequence[float] = 0.0,
 ) -> Evaluation:
     """All metrics of :class:`Evaluation` for ``model`` on ``images`` ``(N, C, H, W)``.
 
-    Rotation metrics need square images; for non-square ones they are reported as NaN.
+    Quarter-turn metrics need square images; for non-square ones they are reported as
+    NaN.
+
+    Parameters
+    ----------
+    model
+        A classifier ``(B, C, H, W) → (B, classes)``.
+    images, labels
+        Test images ``(N, C, H, W)`` and labels ``(N,)``.
+    max_shift
+        Largest offset of the random circular shifts.
+    seed
+        Seed of every random transformation.
+    distances
+        Shift distances of :func:`accuracy_by_shift` (default every 4th up to ``W / 2``).
+    batch_size
+        Images per forward pass.
+    robustness
+        Also measure the papers' protocols (:attr:`Evaluation.robustness`): rotations by
+        any angle, circular shifts up to ``max_shift``, and crops of the image padded by
+        ``crop_shift``.
+    crop_shift
+        Padding of the non-circular shifts.
+    fill
+        Value of the pixels brought in by rotations and crops (one, or one per channel;
+        :attr:`TrainingData.fill_value`).
     """
     shifted, _ = random_shifts(images, max_shift, seed)
     clean = predict(model, images, batch_size)
@@ -186,6 +225,19 @@ def evaluate(
         rot_consistency = float(same.float().mean())
     else:
         by_rotation, rotated, rot_consistency = {}, float("nan"), float("nan")
+    measured: dict[str, Robustness] = {}
+    if robustness:
+        from ._robustness import (
+            circular_shift_robustness,
+            crop_shift_robustness,
+            rotation_robustness,
+        )
+
+        measured = {
+            "rotation": rotation_robustness(model, images, labels, seed=seed, fill=fill, batch_size=batch_size),
+            "circular_shift": circular_shift_robustness(model, images, labels, max_shift, seed, batch_size),
+            "crop_shift": crop_shift_robustness(model, images, labels, crop_shift, seed, fill, batch_size),
+        }
     return Evaluation(
         accuracy=float((clean == labels).float().mean()),
         shifted_accuracy=float((moved == labels).float().mean()),
@@ -195,4 +247,5 @@ def evaluate(
         accuracy_by_shift=by_shift,
         accuracy_by_rotation=by_rotation,
         predicted_classes=int(clean.unique().numel()),
+        robustness=measured,
     )

@@ -17,6 +17,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
+from ..data import flip_horizontal, translate
 from ._checkpoint import capture_rng_state, load_checkpoint, restore_rng_state, save_checkpoint
 from ._data import TrainingData
 from ._distributed import DistributedContext, setup_distributed
@@ -54,6 +55,18 @@ class TrainConfig:
         Continue from ``checkpoint`` if it exists.
     progress
         Show a tqdm progress bar on rank 0 (on stderr).
+    augment
+        The usual light augmentation of CIFAR training: each training image, in each
+        epoch, is cropped at a random position from itself padded by ``crop_padding``
+        pixels of black (:attr:`TrainingData.fill_value`; a non-circular shift,
+        :func:`groupattn.data.translate`) and, with ``flip``, mirrored left to right
+        with probability 1/2. The draws depend only on ``seed``, the epoch and the
+        image's index, so they are the same for any number of processes and after
+        resuming.
+    crop_padding
+        Padding of the random crops (0: no crops).
+    flip
+        Random horizontal flips (not for digits: a mirrored digit is another glyph).
     """
 
     epochs: int = 3
@@ -67,6 +80,9 @@ class TrainConfig:
     checkpoint: str | None = None
     resume: bool = False
     progress: bool = True
+    augment: bool = False
+    crop_padding: int = 4
+    flip: bool = True
 
     def __post_init__(self) -> None:
         if self.epochs < 0 or self.batch_size < 1 or self.lr <= 0:
@@ -78,6 +94,8 @@ class TrainConfig:
             raise ValueError(f"TrainConfig: expected optimizer 'adamw' or 'sgd', got {self.optimizer!r}")
         if self.schedule not in ("cosine", "constant"):
             raise ValueError(f"TrainConfig: expected schedule 'cosine' or 'constant', got {self.schedule!r}")
+        if self.crop_padding < 0:
+            raise ValueError(f"TrainConfig: expected crop_padding >= 0, got {self.crop_padding}")
 
 
 @dataclass
@@ -118,6 +136,25 @@ def _schedule(optimizer: torch.optim.Optimizer, config: TrainConfig, total_steps
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+def _augmentation(config: TrainConfig, epoch: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Crop offsets ``(n, 2)`` and flips ``(n,)`` of every training image in ``epoch``."""
+    gen = torch.Generator().manual_seed((config.seed * 1_000_003 + epoch) % 2**63)
+    pad = config.crop_padding
+    offsets = torch.randint(-pad, pad + 1, (n, 2), generator=gen)
+    flips = torch.rand(n, generator=gen) < 0.5
+    return offsets, flips & config.flip
+
+
+def _augment(
+    x: torch.Tensor, index: torch.Tensor, draws: tuple[torch.Tensor, torch.Tensor], config: TrainConfig,
+    fill: tuple[float, ...],
+) -> torch.Tensor:
+    offsets, flips = draws
+    if config.crop_padding > 0:
+        x = translate(x, offsets[index], fill=fill)
+    return flip_horizontal(x, flips[index]) if config.flip else x
+
+
 def _progress(total: int, description: str, enabled: bool) -> Any:
     try:
         from tqdm.auto import tqdm
@@ -150,7 +187,9 @@ def train(
     parameters). With ``config.checkpoint`` rank 0 writes model, optimizer, schedule,
     completed epochs and every rank's random-number states after each epoch; with
     ``config.resume`` training continues from it, giving the same parameters as an
-    uninterrupted run. Runs are bitwise reproducible for a fixed device and number of
+    uninterrupted run. With ``config.augment`` each image is randomly cropped and
+    flipped, seeded by ``seed``, epoch and image (see :class:`TrainConfig`). Runs are
+    bitwise reproducible for a fixed device and number of
     threads (other thread counts reduce in another order).
 
     Parameters
@@ -215,17 +254,21 @@ def train(
         dataset, num_replicas=world, rank=rank, shuffle=True, seed=config.seed, drop_last=True
     )
     images, labels = data.train_images, data.train_labels
+    fill = data.fill_value
     started, cpu_started = time.perf_counter(), time.process_time()
     for epoch in range(start_epoch, config.epochs):
         network.train()
         sampler.set_epoch(epoch)
         order = torch.tensor(list(sampler), dtype=torch.long)
+        draws = _augmentation(config, epoch, n) if config.augment else None
         bar = _progress(steps_per_epoch, f"epoch {epoch + 1}/{config.epochs}", config.progress and context.is_main)
         totals = torch.zeros(3, dtype=torch.float64, device=context.device)  # loss sum, correct, count
         for start in range(0, order.numel(), local_batch):
             index = order[start : start + local_batch]
             x = images[index].to(context.device)
             y = labels[index].to(context.device)
+            if draws is not None:
+                x = _augment(x, index, draws, config, fill)
             logits = _logits(network(x))
             loss = F.cross_entropy(logits, y)
             optimizer.zero_grad(set_to_none=True)
