@@ -399,7 +399,7 @@ def manufactured_ties():
 
 @case("E canonicalizer ties/frames")
 def output_left_in_frame():
-    """Verdict 'equivariant' although only equivariant up to a data-dependent shift (output_frame)."""
+    """Status 'equivariant' although only equivariant up to a data-dependent shift (output_frame)."""
     class A(nn.Module):
         def __init__(self):
             super().__init__()

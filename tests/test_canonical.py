@@ -23,7 +23,7 @@ from groupattn.canonical import (
     polyphase_unanchor,
     shifted_token_index,
 )
-from groupattn.contracts import Kind
+from groupattn.contracts import Status
 from groupattn.groups import CyclicGroup, DihedralGroup, GroupError, TorusTranslations
 from groupattn.testing import assert_equivariant, equivariance_error
 
@@ -65,8 +65,8 @@ def test_argmax_canonicalizer_output_is_invariant_for_every_element(group) -> No
         moved = canon(GridField().act(group, g, x))
         assert torch.equal(moved.output, reference.output), g
     contract = canon.contract(group)
-    assert contract.kind == Kind.CANONICALIZING
-    assert canon.contract(CyclicGroup(2)).kind == Kind.UNKNOWN
+    assert contract.kind == Status.CANONICALIZING
+    assert canon.contract(CyclicGroup(2)).kind == Status.UNVERIFIED
 
 
 def test_argmax_canonicalizer_errors() -> None:
@@ -108,20 +108,20 @@ def test_anchor_module_is_canonicalizing_with_strided_output_group(stride: int) 
     anchor = PolyphaseAnchor(stride, image_size=(8, 8))
     group = TorusTranslations(8, 8)
     contract = anchor.contract(group)
-    assert contract.kind == Kind.CANONICALIZING
+    assert contract.kind == Status.CANONICALIZING
     assert contract.output_group == TorusTranslations(8 // stride, 8 // stride, stride=stride)
     # Every element of the torus, compared up to the frame: exact (a pure permutation).
     assert_equivariant(anchor, torch.randn(1, 2, 8, 8), group, exact=True)
     # Shifts by multiples of s never change the phase: plain equivariance.
     subgroup = TorusTranslations(8 // stride, 8 // stride, stride=stride)
-    assert anchor.contract(subgroup).kind == Kind.EQUIVARIANT
+    assert anchor.contract(subgroup).kind == Status.EQUIVARIANT
     assert_equivariant(anchor, torch.randn(3, 2, 8, 8), subgroup, exact=True, up_to_frame=False)
 
 
 def test_unanchoring_is_frame_restoring_around_an_equivariant_map(float_dtype) -> None:
     conv = torch.nn.Conv2d(2, 2, 3, padding=1, padding_mode="circular").to(float_dtype)
     anchor, unanchor = PolyphaseAnchor(4), PolyphaseUnanchor()
-    assert unanchor.contract(TorusTranslations(8, 8)).kind == Kind.FRAME_RESTORING
+    assert unanchor.contract(TorusTranslations(8, 8)).kind == Status.FRAME_RESTORING
 
     def wrapped(x: torch.Tensor) -> torch.Tensor:
         anchored = anchor(x)
@@ -212,7 +212,7 @@ def test_aps_downsampling_maps_translations_onto_coarse_translations(stride: int
     down = AdaptivePolyphaseDownsample(stride, image_size=(size, size))
     group = TorusTranslations(size, size)
     contract = down.contract(group)
-    assert contract.kind == Kind.CANONICALIZING and contract.output_group == TorusTranslations(4, 4)
+    assert contract.kind == Status.CANONICALIZING and contract.output_group == TorusTranslations(4, 4)
     x = torch.randn(3, 2, size, size)
     result = down(x)
     assert result.output.shape == (3, 2, 4, 4)
@@ -224,7 +224,7 @@ def test_aps_downsampling_maps_translations_onto_coarse_translations(stride: int
 @pytest.mark.parametrize("stride", [2, 4])
 def test_aps_up_after_down_moves_exactly_with_the_input(stride: int) -> None:
     down, up = AdaptivePolyphaseDownsample(stride), AdaptivePolyphaseUpsample(stride)
-    assert up.contract(TorusTranslations(2, 2)).kind == Kind.FRAME_RESTORING
+    assert up.contract(TorusTranslations(2, 2)).kind == Status.FRAME_RESTORING
 
     def round_trip(x: torch.Tensor) -> torch.Tensor:
         result = down(x)
@@ -260,4 +260,4 @@ def test_bad_input_errors() -> None:
         AdaptivePolyphaseDownsample(2)(torch.randn(1, 1, 5, 4))
     with pytest.raises(GroupError, match="AdaptivePolyphaseUpsample: expected an integer frame"):
         AdaptivePolyphaseUpsample(2)(torch.randn(2, 1, 4, 4), torch.zeros(2, 2))
-    assert PolyphaseAnchor(2).contract(CyclicGroup(4)).kind == Kind.UNKNOWN
+    assert PolyphaseAnchor(2).contract(CyclicGroup(4)).kind == Status.UNVERIFIED

@@ -15,7 +15,7 @@ from groupattn.check import (
     Atom,
     Certificate,
     LayoutField,
-    Verdict,
+    Status,
     attach_verification,
     certify,
     default_input_type,
@@ -141,20 +141,20 @@ def test_renderings(tmp_path: Path) -> None:
 
 def test_untraceable_model_is_unverified_with_a_plain_reason() -> None:
     cert = certify(Untraceable(), X, "translations")
-    assert cert.verdict == Verdict.UNVERIFIED and cert.exit_code == 4
+    assert cert.verdict == Status.UNVERIFIED and cert.exit_code == 4
     assert cert.reason is not None and "torch.export cannot trace" in cert.reason
 
 
 def test_untraceable_child_makes_the_whole_unverified() -> None:
     # the checker proves nothing about a graph it could not trace, not even the parts before
     cert = certify(nn.Sequential(circ(3), Untraceable()), X, "translations")
-    assert cert.verdict == Verdict.UNVERIFIED
+    assert cert.verdict == Status.UNVERIFIED
     assert any("torch.export cannot trace" in why for _, why in cert.unverified)
 
 
 def test_unknown_operation_is_unverified() -> None:
     cert = certify(nn.Sequential(circ(3), Opaque()), X, "translations", verify=True)
-    assert cert.verdict == Verdict.UNVERIFIED
+    assert cert.verdict == Status.UNVERIFIED
     assert any("fft2" in why for _, why in cert.unverified)
 
 
@@ -166,7 +166,7 @@ def test_untracked_split_of_a_spatial_axis_is_unverified() -> None:
 
 
 def test_user_contract_by_decorator() -> None:
-    assert certify(nn.Sequential(circ(3), Swish()), X, "translations").verdict == Verdict.EQUIVARIANT
+    assert certify(nn.Sequential(circ(3), Swish()), X, "translations").verdict == Status.EQUIVARIANT
 
     class Registered(Opaque):  # its body (an FFT) cannot be verified
         pass
@@ -176,7 +176,7 @@ def test_user_contract_by_decorator() -> None:
         return Contract.breaks("Registered: deliberately declared broken", input_type, input_type)
 
     cert = certify(nn.Sequential(circ(3), Registered()), X, "translations")
-    assert cert.verdict == Verdict.BROKEN and cert.first_break is not None
+    assert cert.verdict == Status.BROKEN and cert.first_break is not None
     assert "Registered: deliberately declared broken" in cert.first_break.reason
     assert any("declared contracts" in note for note in cert.notes)
     # a body that verifies is checked by its body, whatever is registered
@@ -184,7 +184,7 @@ def test_user_contract_by_decorator() -> None:
         pass
 
     register_contract(Declared)(lambda m, g, t: Contract.breaks("never consulted", t, t))
-    assert certify(nn.Sequential(circ(3), Declared()), X, "translations").verdict == Verdict.EQUIVARIANT
+    assert certify(nn.Sequential(circ(3), Declared()), X, "translations").verdict == Status.EQUIVARIANT
 
 
 def test_lying_contract_is_reported_as_a_checker_defect() -> None:
@@ -192,11 +192,11 @@ def test_lying_contract_is_reported_as_a_checker_defect() -> None:
     cert = certify(model, X, "translations", verify=True)
     assert not cert.certified  # the checker sees through the lie, or the numbers refute it
     if cert.disagreements:
-        assert cert.verdict == Verdict.UNVERIFIED and "defect of the checker" in cert.disagreements[0]
+        assert cert.verdict == Status.UNVERIFIED and "defect of the checker" in cert.disagreements[0]
     # a checker that believed the contract: refuted numerically, never left certified
-    believed = Certificate(Verdict.EQUIVARIANT, TorusTranslations(8, 8), GridField(), output_type=GridField())
+    believed = Certificate(Status.EQUIVARIANT, TorusTranslations(8, 8), GridField(), output_type=GridField())
     attach_verification(believed, model, X, None)
-    assert believed.verdict == Verdict.UNVERIFIED and not believed.certified
+    assert believed.verdict == Status.UNVERIFIED and not believed.certified
     assert believed.disagreements and "defect of the checker" in believed.disagreements[0]
     assert "certified equivariant" in believed.disagreements[0]
     assert believed.reason is not None and "refutes the certificate" in believed.reason
@@ -207,11 +207,11 @@ def test_no_contracts_are_registered_on_import() -> None:
     g = TorusTranslations(8, 8)
     import groupattn.check  # noqa: F401
 
-    assert contract_of(nn.LayerNorm(4), g).kind.value == "unknown"
-    assert contract_of(circ(3), g, GridField()).kind.value == "unknown"
+    assert contract_of(nn.LayerNorm(4), g).kind.value == "unverified"
+    assert contract_of(circ(3), g, GridField()).kind.value == "unverified"
     strided = certify(nn.Conv2d(3, 3, 2, stride=2), torch.randn(2, 3, 8, 8), TorusTranslations(4, 4, stride=2))
-    assert strided.verdict == Verdict.EQUIVARIANT and strided.output_group == TorusTranslations(4, 4)
-    assert certify(nn.Conv2d(3, 3, 3, padding=1, padding_mode="circular"), X, CyclicGroup(4)).verdict == Verdict.BROKEN
+    assert strided.verdict == Status.EQUIVARIANT and strided.output_group == TorusTranslations(4, 4)
+    assert certify(nn.Conv2d(3, 3, 3, padding=1, padding_mode="circular"), X, CyclicGroup(4)).verdict == Status.BROKEN
 
 
 def test_verify_canonicalizer_up_to_frame_and_ties() -> None:
@@ -288,7 +288,7 @@ class AttentionDropout(nn.Module):
 )
 def test_randomness_is_never_certified(model: nn.Module, node: str, word: str) -> None:
     cert = certify(model, X, "translations", verify=True)
-    assert cert.verdict == Verdict.UNVERIFIED, cert.to_text()
+    assert cert.verdict == Status.UNVERIFIED, cert.to_text()
     assert "random" in (cert.reason or "")
 
 
@@ -333,13 +333,13 @@ def test_single_library_layers_are_checked_by_their_contract() -> None:
     tokens = torch.randn(2, 64, 8)
     # attention layers are proved through their bodies (the orbital tables included)
     good = certify(GlobalSelfAttention(8, 2, (8, 8)), tokens, "translations", verify=True)
-    assert good.verdict == Verdict.EQUIVARIANT
+    assert good.verdict == Status.EQUIVARIANT
     assert good.verification is not None and good.verification.equivariant
     bad = certify(GlobalSelfAttention(8, 2, (8, 8), bias="clipped"), tokens, "translations", verify=True)
-    assert bad.verdict == Verdict.BROKEN and bad.first_break is not None
+    assert bad.verdict == Status.BROKEN and bad.first_break is not None
     assert "position-dependent constant" in bad.first_break.reason
     assert bad.verification is not None and not bad.verification.equivariant
     # a canonicalizer alone: its output moves only up to a data-chosen shift — not a certificate
     anchored = certify(PolyphaseAnchor(2), X, "translations")
-    assert anchored.verdict == Verdict.UNVERIFIED and "left in frame F1" in (anchored.reason or "")
+    assert anchored.verdict == Status.UNVERIFIED and "left in frame F1" in (anchored.reason or "")
     assert anchored.outputs[0].frame is not None

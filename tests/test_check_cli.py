@@ -141,14 +141,14 @@ def _check(*argv: str) -> int:
 def defective_checker(monkeypatch: pytest.MonkeyPatch) -> None:
     """A checker with a defect: it certifies ``LiesAboutItself`` from its (false) contract."""
     import groupattn.check._certify as certify_module
-    from groupattn.check import Verdict
+    from groupattn.check import Status
 
     real = certify_module.certify
 
     def certify(model: nn.Module, x: torch.Tensor, group: Any, **kwargs: Any) -> Any:
         cert = real(model, x, group, **kwargs)
         if any(isinstance(m, LiesAboutItself) for m in model.modules()):
-            cert.verdict, cert.output_type, cert.output_group = Verdict.EQUIVARIANT, GridField(), None
+            cert.verdict, cert.output_type, cert.output_group = Status.EQUIVARIANT, GridField(), None
             cert.first_break, cert.reason, cert.outputs = None, None, []
         return cert
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from groupattn.check import Verdict, certify
-from groupattn.contracts import Kind, contract_of
+from groupattn.check import Status, certify
+from groupattn.contracts import contract_of
 from groupattn.models import create, get_spec, list_models
 
 MODELS = list_models()
@@ -31,7 +31,7 @@ def test_equivariant_model_certifies(name: str) -> None:
     with torch.no_grad():
         logits = model.eval()(x)
     # a classifier's scores must be invariant; a dense output equivariant
-    expected = Verdict.INVARIANT if logits.dim() == 2 else Verdict.EQUIVARIANT
+    expected = Status.INVARIANT if logits.dim() == 2 else Status.EQUIVARIANT
     assert cert.verdict == expected, cert.to_text()
     assert not cert.unverified and cert.first_break is None
     assert cert.verification is not None and cert.verification.equivariant, cert.summary()
@@ -44,7 +44,7 @@ def test_baseline_is_rejected_at_the_breaking_node(name: str) -> None:
     model = create(name, equivariant=False)
     x = torch.randn(2, *spec.input_shape)
     cert = certify(model, x, spec.group, verify=True)
-    assert cert.verdict == Verdict.BROKEN, cert.to_text()
+    assert cert.verdict == Status.BROKEN, cert.to_text()
     brk = cert.first_break
     assert brk is not None and brk.path[-1] == brk.operation
     assert brk.path[0] == next(r.name for r in cert.records if r.status == "input")
@@ -58,7 +58,7 @@ def test_baseline_is_rejected_at_the_breaking_node(name: str) -> None:
             continue
         if callable(getattr(module, "contract", None)):
             declared.append(contract_of(module, cert.group))
-    assert any(c.kind == Kind.BREAKS for c in declared), (brk, [c.describe() for c in declared])
+    assert any(c.kind == Status.BROKEN for c in declared), (brk, [c.describe() for c in declared])
     # nothing before it breaks, and the baseline really is broken
     names = [r.name for r in cert.records]
     assert all(r.status != "broken" for r in cert.records[: names.index(brk.operation)])

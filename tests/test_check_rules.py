@@ -42,7 +42,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from groupattn.actions import GridField, InvariantField, TokenField
-from groupattn.check import Verdict, certify, group_from_name
+from groupattn.check import Status, certify, group_from_name
 from groupattn.check._aten import RULES, rule_for
 
 A = torch.ops.aten
@@ -297,7 +297,7 @@ def redraw_parameters(model: nn.Module, seed: int) -> None:
 
 
 def expected_output(info: Any, ctx: Ctx, group_obj: Any, v: Any, y: torch.Tensor) -> torch.Tensor:
-    if info.verdict == Verdict.INVARIANT:
+    if info.verdict == Status.INVARIANT:
         return y
     ft = info.field_type
     if isinstance(ft, InvariantField):
@@ -336,7 +336,7 @@ class WholeModel:
 
     reason: str
     path: str = "output"
-    verdict: Verdict = Verdict.UNVERIFIED
+    verdict: Status = Status.UNVERIFIED
     field_type: Any = None
     output_group: Any = None
 
@@ -352,7 +352,7 @@ def run_bundle(nets: list[nn.Module], labels: list[str], ctx: Ctx, seed: int = 0
     infos: dict[int, list[Any]] = {}
     if not cert.outputs:  # the whole model is unverified (it cannot be traced, or draws random numbers)
         assert whole_model_may_fail, f"the bundle could not be certified at all under {ctx}: {cert.reason}"
-        assert cert.verdict == Verdict.UNVERIFIED, cert.verdict
+        assert cert.verdict == Status.UNVERIFIED, cert.verdict
         whole = WholeModel(cert.reason or "")
         infos = {i: [whole] for i in range(len(nets))}
         return Outcome(cert, infos, [], 0)
@@ -488,6 +488,23 @@ def _t_build(copy_: bool) -> Callable[[dict[str, Any], Ctx], nn.Module]:
 for _k, _c in [("aten::t", False), ("aten::t_copy", True)]:
     case(_k, "movement", _t_draw, _t_build(_c), must=Expect("p4m", {"variant": "roundtrip", "method": True}),
          must_not=Expect("c4", {"variant": "single", "method": False}))
+
+
+def _mt_draw(D: Draw, ctx: Ctx) -> dict[str, Any]:
+    return {"variant": choice(D, ["roundtrip", "single"], "variant"), "method": D(st.booleans(), "method")}
+
+
+def _mt_build(cfg: dict[str, Any], ctx: Ctx) -> nn.Module:
+    def mt(y: torch.Tensor) -> torch.Tensor:
+        return y.mT if cfg["method"] else torch.transpose(y, -2, -1).mT.mT
+
+    if cfg["variant"] == "roundtrip":  # transposed twice: the input's own layout
+        return fn(lambda x: mt(mt(x).contiguous()))
+    return fn(lambda x: mt(x))  # a transposed image: moves by the inverse rotation under c4
+
+
+case("aten::mT", "movement", _mt_draw, _mt_build, must=Expect("p4m", {"variant": "roundtrip", "method": True}),
+     must_not=Expect("c4", {"variant": "single", "method": True}))
 
 
 def _view_draw(D: Draw, ctx: Ctx) -> dict[str, Any]:
@@ -2746,7 +2763,7 @@ def test_refused_operators(random_ops: bool) -> None:
     problems = list(out.refuted)
     for i, key in enumerate(keys):
         infos = out.infos[i]
-        if not any(info.verdict == Verdict.UNVERIFIED for info in infos):
+        if not any(info.verdict == Status.UNVERIFIED for info in infos):
             problems.append(f"{key}: a network using it is {describe(infos)}, not unverified")
         elif not random_ops:
             name = base_name(key).split("::")[1]

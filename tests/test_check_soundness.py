@@ -28,7 +28,7 @@ from groupattn.canonical import (
     PolyphaseAnchor,
     PolyphaseUnanchor,
 )
-from groupattn.check import Verdict, certify, group_from_name, verify
+from groupattn.check import Status, certify, group_from_name, verify
 from groupattn.positional import AbsolutePositionalEncoding, ConvPositionalEncoding
 
 SIZE = 8
@@ -404,6 +404,6 @@ def test_verdicts_of_known_compositions() -> None:
     x = torch.randn(2, 3, SIZE, SIZE)
     good = build(["anchor-residual-restored", "circular-conv"], 3, True, 0)
     bad = build(["anchor-residual-unrestored", "circular-conv"], 3, True, 0)
-    assert certify(good, x, "translations").verdict == Verdict.INVARIANT
+    assert certify(good, x, "translations").verdict == Status.INVARIANT
     cert = certify(bad, x, "translations")
-    assert cert.verdict == Verdict.BROKEN and "different frames" in cert.first_break.reason  # type: ignore[union-attr]
+    assert cert.verdict == Status.BROKEN and "different frames" in cert.first_break.reason  # type: ignore[union-attr]

@@ -18,7 +18,7 @@ from groupattn.canonical import polyphase_anchor, record_canonicalizations
 from groupattn.check import (
     Certificate,
     DetailedVerificationReport,
-    Verdict,
+    Status,
     VerificationBudgetError,
     attach_verification,
     certify,
@@ -91,7 +91,7 @@ def test_a_certificate_refuted_on_any_output_is_not_certified() -> None:
     cert = certify(TwoOutputs(), X, T8, verify=True)
     assert not cert.certified
     if cert.disagreements:  # the checker certified it: the numbers demote it
-        assert cert.verdict == Verdict.UNVERIFIED and "output[1]" in cert.disagreements[0]
+        assert cert.verdict == Status.UNVERIFIED and "output[1]" in cert.disagreements[0]
     json = cert.to_json()
     assert json["verification"]["outputs"][1]["path"] == "[1]" and json["verification"]["refuted"]
 
@@ -118,20 +118,20 @@ def test_output_types_per_path_and_from_a_certificate_with_outputs() -> None:
     @dataclass
     class Entry:
         path: str
-        verdict: Verdict
+        verdict: Status
         field_type: FieldType | None
         output_group: Any = None
         frame: str | None = None
 
-    cert = Certificate(Verdict.EQUIVARIANT, T8, GridField())
+    cert = Certificate(Status.EQUIVARIANT, T8, GridField())
     cert.outputs = [  # type: ignore[attr-defined]
-        Entry("[0]", Verdict.INVARIANT, InvariantField()),
-        Entry("[1]", Verdict.EQUIVARIANT, GridField()),
+        Entry("[0]", Status.INVARIANT, InvariantField()),
+        Entry("[1]", Status.EQUIVARIANT, GridField()),
     ]
     attach_verification(cert, model, X, None)
     assert cert.verification is not None
     assert [o.source for o in cert.verification.outputs] == ["certificate", "certificate"]  # type: ignore[attr-defined]
-    assert cert.verdict == Verdict.UNVERIFIED and not cert.certified
+    assert cert.verdict == Status.UNVERIFIED and not cert.certified
     assert "certified equivariant" in cert.disagreements[0] and "output[1]" in cert.disagreements[0]
 
 
@@ -323,7 +323,7 @@ def test_a_tie_that_changes_the_output_is_excused_not_a_disagreement() -> None:
     assert not report.refuted and report.max_clean_error < 1e-10 and set(report.excused) == {0}
     cert = certify(_patch_net(), x, TorusTranslations(4, 4), verify=True)
     assert not cert.disagreements
-    if cert.verdict == Verdict.EQUIVARIANT:
+    if cert.verdict == Status.EQUIVARIANT:
         assert any("fails only on samples with a canonicalizer tie" in n for n in cert.notes)
 
 

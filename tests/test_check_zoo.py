@@ -20,7 +20,7 @@ from torch import nn
 from groupattn.actions import LiftedField, TokenField
 from groupattn.attention import GlobalSelfAttention, MeanPooling
 from groupattn.canonical import AdaptivePolyphaseDownsample, PolyphaseAnchor, PolyphaseUnanchor
-from groupattn.check import Verdict, certify, group_from_name
+from groupattn.check import Status, certify, group_from_name
 from groupattn.contracts import Contract, register_contract
 from groupattn.groups import CyclicGroup, Group, TorusTranslations
 from groupattn.nn import GroupPooling
@@ -373,7 +373,7 @@ class Case:
     make: Callable[[], nn.Module]
     shape: tuple[int, ...]
     group: str | Callable[[], Group]
-    verdict: Verdict
+    verdict: Status
     node: str | None = None
     reason_word: str | None = None
 
@@ -384,7 +384,7 @@ class Case:
 
 
 T8 = (2, 3, 8, 8)
-EQ, INV, BROKEN = Verdict.EQUIVARIANT, Verdict.INVARIANT, Verdict.BROKEN
+EQ, INV, BROKEN = Status.EQUIVARIANT, Status.INVARIANT, Status.BROKEN
 
 GOOD = [
     Case("circular-convs", lambda: nn.Sequential(circ(3, 4), nn.ReLU(), circ(4, 3, 5)), T8, "translations", EQ),
@@ -486,7 +486,7 @@ EXPECTED_BREAKS: dict[str, tuple[str, str]] = {
 def test_broken_networks_are_rejected_at_the_right_node(case: Case) -> None:
     cert = _certify(case)
     if case.name == "noise":  # random numbers: never certified, and not a definite break
-        assert cert.verdict == Verdict.UNVERIFIED and "random" in (cert.reason or ""), cert.to_text()
+        assert cert.verdict == Status.UNVERIFIED and "random" in (cert.reason or ""), cert.to_text()
         return
     assert cert.verdict == BROKEN, cert.to_text()
     assert cert.first_break is not None

@@ -40,7 +40,7 @@ from groupattn.attention import (
     WindowAttention,
     check_heads,
 )
-from groupattn.contracts import Contract, EquivariantModule, Kind
+from groupattn.contracts import Contract, EquivariantModule, Status
 from groupattn.groups import CyclicGroup, Group, GroupError, SymmetricGroup, TorusTranslations, p4
 from groupattn.nn import (
     ClassToken,
@@ -151,10 +151,10 @@ def test_the_default_contract_follows_the_declared_types() -> None:
     assert grid.group == group
     assert grid.contract(group) == Contract.equivariant(GridField(), GridField())
     assert grid.contract(group, GridField()) == Contract.equivariant(GridField(), GridField())
-    assert grid.contract(TorusTranslations(2, 2)).kind == Kind.UNKNOWN  # another group
+    assert grid.contract(TorusTranslations(2, 2)).kind == Status.UNVERIFIED  # another group
     other = grid.contract(group, TokenField((4, 4)))
-    assert other.kind == Kind.UNKNOWN and "expected input type grid(B,C,H,W)" in (other.reason or "")
-    assert _Double(GridField(), GridField()).contract(group).kind == Kind.UNKNOWN  # no group declared
+    assert other.kind == Status.UNVERIFIED and "expected input type grid(B,C,H,W)" in (other.reason or "")
+    assert _Double(GridField(), GridField()).contract(group).kind == Status.UNVERIFIED  # no group declared
     assert _Double(GridField(), InvariantField(), group=group).contract(group) == Contract.invariant(
         GridField(), InvariantField()
     )
@@ -163,8 +163,8 @@ def test_the_default_contract_follows_the_declared_types() -> None:
     gset = GSet.natural(SymmetricGroup(4))
     field = GSetField(gset)
     assert _Double(field, field).group == gset.group  # taken from the G-set
-    assert _Double(field, field).contract(gset.group).kind == Kind.EQUIVARIANT
-    assert _Double(field, field).contract(gset.group, SetField(4)).kind == Kind.UNKNOWN
+    assert _Double(field, field).contract(gset.group).kind == Status.EQUIVARIANT
+    assert _Double(field, field).contract(gset.group, SetField(4)).kind == Status.UNVERIFIED
 
 
 # ----------------------------------------------------------------------------- library layers
@@ -315,9 +315,9 @@ def test_public_validation_functions() -> None:
     assert translation_contract("Layer", group, (4, 4), 1) == Contract.equivariant(
         TokenField((4, 4), prefix=1), TokenField((4, 4), prefix=1)
     )
-    assert translation_contract("Layer", group, (4, 4), 0, "no").kind == Kind.BREAKS
+    assert translation_contract("Layer", group, (4, 4), 0, "no").kind == Status.BROKEN
     unknown = translation_contract("Layer", C4, (4, 4))
-    assert unknown.kind == Kind.UNKNOWN and (unknown.reason or "").startswith("Layer: promises nothing for C4")
+    assert unknown.kind == Status.UNVERIFIED and (unknown.reason or "").startswith("Layer: promises nothing for C4")
 
 
 # ----------------------------------------------------------------------------- meta-test

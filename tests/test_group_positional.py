@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from groupattn.actions import GSet
-from groupattn.contracts import Kind
+from groupattn.contracts import Status
 from groupattn.groups import (
     CyclicGroup,
     DihedralGroup,
@@ -154,7 +154,7 @@ def test_continuous_encoding_runs_on_distinct_invariants_only() -> None:
     assert calls == [36]  # one MLP row per torus offset, not per (h, query, key)
     assert bias is not None and bias.shape == (2, 36 * 8)
     assert vectors is not None and vectors.shape == (36 * 8, 2, 3)
-    assert encoding.contract(p4m(6)).kind == Kind.INVARIANT
+    assert encoding.contract(p4m(6)).kind == Status.INVARIANT
 
 
 def test_encoding_is_a_function_of_the_orbital() -> None:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from groupattn.actions import GridField, gaussian_mixture_image, rotate_image, rotate_lifted
 from groupattn.attention import GroupSelfAttention, LiftingSelfAttention
-from groupattn.contracts import Kind
+from groupattn.contracts import Status
 from groupattn.groups import (
     CyclicGroup,
     DihedralGroup,
@@ -241,11 +241,11 @@ def test_finer_rotations_are_approximately_equivariant(n: int, steps: int, neigh
 def test_finer_rotation_layers_are_exact_for_quarter_turns_and_declare_it() -> None:
     lift = _randomise_encoding(LiftingSelfAttention(1, 3, "C8", num_heads=1)).double()
     x = torch.randn(2, 1, 7, 7, dtype=torch.float64)
-    assert lift.contract(CyclicGroup(4)).kind == Kind.EQUIVARIANT
+    assert lift.contract(CyclicGroup(4)).kind == Status.EQUIVARIANT
     assert_equivariant(lift, x, CyclicGroup(4))
-    assert lift.contract(CyclicGroup(8)).kind == Kind.UNKNOWN
+    assert lift.contract(CyclicGroup(8)).kind == Status.UNVERIFIED
     assert "approximate" in (lift.contract(CyclicGroup(8)).reason or "")
-    assert lift.contract(TorusTranslations(7, 7)).kind == Kind.BREAKS
+    assert lift.contract(TorusTranslations(7, 7)).kind == Status.BROKEN
 
 
 # ---------------------------------------------------------------- contracts and baselines
@@ -254,7 +254,7 @@ def test_finer_rotation_layers_are_exact_for_quarter_turns_and_declare_it() -> N
 def test_trivial_point_group_breaks_rotations() -> None:
     lift = _randomise_encoding(LiftingSelfAttention(1, 3, "C1", num_heads=1)).double()
     contract = lift.contract(p4(SIZE))
-    assert contract.kind == Kind.BREAKS and "not C4-invariant" in (contract.reason or "")
+    assert contract.kind == Status.BROKEN and "not C4-invariant" in (contract.reason or "")
     x = torch.randn(2, 1, SIZE, SIZE, dtype=torch.float64)
     # a C1 lifting layer is not rotation-equivariant: measure with the types it would need
     def squeezed(z: torch.Tensor) -> torch.Tensor:
@@ -264,7 +264,7 @@ def test_trivial_point_group_breaks_rotations() -> None:
         squeezed, x, CyclicGroup(4), input_type=GridField(), output_type=GridField(), elements=[1]
     )
     assert report.max_error > 1e-3
-    assert lift.contract(TorusTranslations(SIZE, SIZE)).kind == Kind.EQUIVARIANT
+    assert lift.contract(TorusTranslations(SIZE, SIZE)).kind == Status.EQUIVARIANT
 
 
 # ---------------------------------------------------------------- building blocks
@@ -301,16 +301,16 @@ def test_lifted_patch_embedding_and_pooling(pg: str) -> None:
     with torch.no_grad():  # translations by whole patches shift the patch grid (output_group)
         assert torch.allclose(embed(torch.roll(x, (2, 6), (-2, -1))), torch.roll(embed(x), (1, 3), (-2, -1)))
     contract = embed.contract(TorusTranslations(4, 4, stride=2))
-    assert contract.kind == Kind.EQUIVARIANT and contract.output_group == TorusTranslations(4, 4)
-    assert embed.contract(TorusTranslations(8, 8)).kind == Kind.BREAKS
-    assert embed.contract(p4(8)).kind == Kind.BREAKS
+    assert contract.kind == Status.EQUIVARIANT and contract.output_group == TorusTranslations(4, 4)
+    assert embed.contract(TorusTranslations(8, 8)).kind == Status.BROKEN
+    assert embed.contract(p4(8)).kind == Status.BROKEN
     pool = LiftedAvgPool(pg, 2).double()
     y = torch.randn(2, 3, point_group.order(), 8, 8, dtype=torch.float64)
     assert_equivariant(pool, y, point_group)
     with torch.no_grad():
         assert torch.allclose(pool(torch.roll(y, (2, 4), (-2, -1))), torch.roll(pool(y), (1, 2), (-2, -1)))
     assert pool.contract(TorusTranslations(4, 4, stride=2)).output_group == TorusTranslations(4, 4)
-    assert pool.contract(TorusTranslations(8, 8)).kind == Kind.BREAKS
+    assert pool.contract(TorusTranslations(8, 8)).kind == Status.BROKEN
     # the breaks are real: a one-pixel shift is not equivariant
     with torch.no_grad():
         shifted, out = pool(torch.roll(y, 1, -1)), pool(y)
@@ -406,11 +406,11 @@ def test_chunked_bias_gradient_matches_autograd(
 def test_subgroups_act_through_the_larger_point_group() -> None:
     d4_layer = _randomise_encoding(GroupSelfAttention(2, 2, "D4", num_heads=1, neighbourhood=3)).double()
     x = torch.randn(1, 2, 8, SIZE, SIZE, dtype=torch.float64)
-    assert d4_layer.contract(p4(SIZE)).kind == Kind.EQUIVARIANT
+    assert d4_layer.contract(p4(SIZE)).kind == Status.EQUIVARIANT
     assert_equivariant(d4_layer, x, p4(SIZE), elements=_elements(p4(SIZE))[:5])  # C4 ⊂ D4
     c4_layer = GroupSelfAttention(2, 2, "C4", num_heads=1)
     reason = c4_layer.contract(p4m(SIZE)).reason or ""
-    assert c4_layer.contract(p4m(SIZE)).kind == Kind.BREAKS and "D4" in reason
+    assert c4_layer.contract(p4m(SIZE)).kind == Status.BROKEN and "D4" in reason
 
 
 # ---------------------------------------------------------------- convolution stem
@@ -420,7 +420,7 @@ def test_symmetric_stem_is_equivariant(point_group: PointGroup, dilation: int) -
     stem = SymmetricConvStem(2, 3, dilation=dilation).double()
     torch.nn.init.normal_(stem.bias)
     x = torch.randn(2, 2, 8, 8, dtype=torch.float64)
-    assert stem.contract(point_group).kind == Kind.EQUIVARIANT
+    assert stem.contract(point_group).kind == Status.EQUIVARIANT
     assert_equivariant(stem, x, point_group, elements=point_group.elements())
     group = p4m(8) if isinstance(point_group, DihedralGroup) else p4(8)
     assert_equivariant(stem, x, group, elements=[*group.sample(3, seed=1), group.translation((3, 5))])
@@ -429,8 +429,8 @@ def test_symmetric_stem_is_equivariant(point_group: PointGroup, dilation: int) -
 def test_unconstrained_stem_breaks_rotations_only() -> None:
     stem = SymmetricConvStem(1, 3, symmetric=False).double()
     x = torch.randn(2, 1, 8, 8, dtype=torch.float64)
-    assert stem.contract(CyclicGroup(4)).kind == Kind.BREAKS
-    assert stem.contract(TorusTranslations(8, 8)).kind == Kind.EQUIVARIANT
+    assert stem.contract(CyclicGroup(4)).kind == Status.BROKEN
+    assert stem.contract(TorusTranslations(8, 8)).kind == Status.EQUIVARIANT
     assert_equivariant(stem, x, TorusTranslations(8, 8), elements=[(1, 2), (5, 3)])
     report = equivariance_error(stem, x, CyclicGroup(4), elements=[1], input_type=GridField(), output_type=GridField())
     assert report.max_error > 1e-3

@@ -8,8 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from groupattn.actions import GridField, InvariantField
-from groupattn.check import Verdict, certify
-from groupattn.contracts import Kind
+from groupattn.check import Status, certify
 from groupattn.groups import CyclicGroup, DihedralGroup, Group, TorusTranslations, p4, p4m
 from groupattn.models import GroupViT, GSANet, create, get_spec, list_models
 from groupattn.testing import assert_equivariant, equivariance_error
@@ -32,7 +31,7 @@ def test_registry_entries() -> None:
 def test_gsa_logits_are_invariant(point_group: str) -> None:
     model = create("gsa", point_group=point_group).double().eval()
     group = p4(SIZE) if point_group == "C4" else p4m(SIZE)
-    assert model.contract(group).kind == Kind.INVARIANT
+    assert model.contract(group).kind == Status.INVARIANT
     x = torch.randn(1, 1, SIZE, SIZE, dtype=torch.float64)
     assert_equivariant(model, x, group, elements=_gsa_elements(group))
     assert_equivariant(model, x, group.point_group)  # every element of C4 / D4
@@ -47,7 +46,7 @@ def test_gsa_float32_and_table_variant() -> None:
 def test_gsa_z2_baseline_breaks_rotations_only() -> None:
     baseline = create("gsa", equivariant=False).double().eval()
     contract = baseline.contract(p4(SIZE))
-    assert contract.kind == Kind.BREAKS
+    assert contract.kind == Status.BROKEN
     assert (contract.reason or "").startswith("z2 baseline: positional encoding is not rotation-invariant")
     x = torch.randn(2, 1, SIZE, SIZE, dtype=torch.float64)
     report = equivariance_error(baseline, x, p4(SIZE), elements=[p4(SIZE).point(1)],
@@ -60,22 +59,22 @@ def test_gsa_z2_baseline_breaks_rotations_only() -> None:
 def test_group_vit_logits_are_invariant(point_group: str) -> None:
     model = create("group_vit", point_group=point_group).double().eval()
     group = CyclicGroup(4) if point_group == "C4" else DihedralGroup(4)
-    assert model.contract(group).kind == Kind.INVARIANT
+    assert model.contract(group).kind == Status.INVARIANT
     x = torch.randn(2, 1, SIZE, SIZE, dtype=torch.float64)
     assert_equivariant(model, x, group)  # every element
     # translations by whole patches (4 pixels) leave the logits unchanged
     with torch.no_grad():
         y = model(x)
         assert torch.allclose(model(torch.roll(x, (4, 12), (-2, -1))), y, rtol=0, atol=1e-10 * y.abs().max())
-    assert model.contract(TorusTranslations(8, 8, stride=4)).kind == Kind.INVARIANT
+    assert model.contract(TorusTranslations(8, 8, stride=4)).kind == Status.INVARIANT
     broken = model.contract(p4(SIZE))
-    assert broken.kind == Kind.BREAKS and "patch grid" in (broken.reason or "")
+    assert broken.kind == Status.BROKEN and "patch grid" in (broken.reason or "")
 
 
 def test_plain_vit_baseline_breaks_rotations() -> None:
     baseline = create("group_vit", equivariant=False).double().eval()
     contract = baseline.contract(CyclicGroup(4))
-    assert contract.kind == Kind.BREAKS
+    assert contract.kind == Status.BROKEN
     assert (contract.reason or "").startswith("plain ViT baseline: absolute positional encoding is not rotation")
     x = torch.randn(2, 1, SIZE, SIZE, dtype=torch.float64)
     report = equivariance_error(baseline, x, CyclicGroup(4), input_type=GridField(), output_type=InvariantField())
@@ -89,9 +88,9 @@ def test_plain_vit_baseline_breaks_rotations() -> None:
 )
 def test_checker_certifies_models_and_names_the_baseline_break(name: str, kwargs: dict, group: str) -> None:
     x = torch.randn(2, 1, SIZE, SIZE)
-    assert certify(create(name, **kwargs), x, group).verdict == Verdict.INVARIANT
+    assert certify(create(name, **kwargs), x, group).verdict == Status.INVARIANT
     broken = certify(create(name, equivariant=False, **kwargs), x, group)
-    assert broken.verdict == Verdict.BROKEN and broken.first_break is not None
+    assert broken.verdict == Status.BROKEN and broken.first_break is not None
 
 
 @settings(max_examples=5)
@@ -147,7 +146,7 @@ def test_gsa_lift_skip_variants_and_a_breaking_skip() -> None:
     group = p4(8)
     for skip in ("convolution", "pointwise"):
         model = GSANet(channels=4, num_heads=1, image_size=8, lift_skip=skip).double().eval()
-        assert model.contract(group).kind == Kind.INVARIANT
+        assert model.contract(group).kind == Status.INVARIANT
         assert_equivariant(model, x, group.point_group)  # every element of C4
         assert_equivariant(model, x, group, elements=_gsa_elements(group))
     with pytest.raises(GroupError, match="GSANet: expected lift_skip 'convolution' or 'pointwise', got 'none'"):
@@ -155,7 +154,7 @@ def test_gsa_lift_skip_variants_and_a_breaking_skip() -> None:
     model = GSANet(channels=4, num_heads=1, image_size=8).double().eval()
     model.skip = LiftingConvolution(16, 4, 3, "C1").double()  # unrotated kernels beside a C4 lift
     contract = model.contract(group)
-    assert contract.kind == Kind.BREAKS and "skip: LiftingConvolution: kernels are only rotated by C1" in (
+    assert contract.kind == Status.BROKEN and "skip: LiftingConvolution: kernels are only rotated by C1" in (
         contract.reason or ""
     )
     report = equivariance_error(model, x, group, elements=[group.point(1)], input_type=GridField(),
@@ -170,8 +169,8 @@ def test_gsa_with_anchored_downsampling_stays_exactly_invariant(point_group: str
     model = GSANet(point_group=point_group, channels=4, num_heads=1, image_size=16, downsample=2, depth=1)
     model = model.double().eval()
     group = p4(16) if point_group == "C4" else p4m(16)
-    assert model.contract(group).kind == Kind.INVARIANT
+    assert model.contract(group).kind == Status.INVARIANT
     x = torch.randn(2, 1, 16, 16, dtype=torch.float64)
     assert_equivariant(model, x, group.point_group)  # every element of C4 / D4
     assert_equivariant(model, x, group, elements=[*_gsa_elements(group), group.translation((1, 0))])
-    assert certify(model.float(), x.float(), group).verdict == Verdict.INVARIANT
+    assert certify(model.float(), x.float(), group).verdict == Status.INVARIANT

@@ -39,7 +39,7 @@ from groupattn.actions import (
     TrivialRepresentation,
 )
 from groupattn.attention import GlobalSelfAttention, MeanPooling, OrbitalAttention
-from groupattn.contracts import Contract, Kind
+from groupattn.contracts import Contract, Status
 from groupattn.groups import (
     CyclicGroup,
     DirectProduct,
@@ -243,7 +243,7 @@ def test_orbital_attention_is_equivariant_on_every_structure(name: str, float_dt
     elements = elements_of(name)
     tol = default_tolerance(float_dtype)
     contract = model.contract(s.group)  # type: ignore[operator]
-    assert contract.kind == Kind.EQUIVARIANT and contract.input_type == contract.output_type == s.field
+    assert contract.kind == Status.EQUIVARIANT and contract.input_type == contract.output_type == s.field
     report = assert_equivariant(model, x, s.group, elements=elements)
     assert len(report.errors) == len(set(elements))
     assert oracle_error(model, s, x, elements) <= tol
@@ -254,7 +254,7 @@ def test_pairwise_bias_breaks_every_structure(name: str) -> None:
     s = structure(name)
     model = model_for(name, torch.float64, bias="pairwise")
     contract = model.contract(s.group)  # type: ignore[operator]
-    assert contract.kind == Kind.BREAKS
+    assert contract.kind == Status.BROKEN
     assert "a free bias per token pair is not constant on the orbitals" in (contract.reason or "")
     x = torch.randn(2, s.gset.num_points, s.dim, dtype=torch.float64)
     elements = elements_of(name)[:40]
@@ -493,16 +493,16 @@ def test_labels_contract_decides_exactly() -> None:
     c6, d6 = structure("hex19-C6"), structure("hex19-D6")
     fine, coarse = OrbitalBias(c6.gset, 1), OrbitalBias(d6.gset, 1)
     # D6-orbitals are unions of C6-orbitals: invariant under C6; the converse breaks
-    assert coarse.contract(c6.group, GSetField(c6.gset)).kind == Kind.INVARIANT
+    assert coarse.contract(c6.group, GSetField(c6.gset)).kind == Status.INVARIANT
     broken = fine.contract(d6.group, GSetField(d6.gset))
-    assert broken.kind == Kind.BREAKS and "related by the generator" in (broken.reason or "")
-    assert fine.contract(CyclicGroup(4)).kind == Kind.UNKNOWN
+    assert broken.kind == Status.BROKEN and "related by the generator" in (broken.reason or "")
+    assert fine.contract(CyclicGroup(4)).kind == Status.UNVERIFIED
     trivial = PermutationGroup([list(range(5))], name="trivial")
-    assert PairwiseBias(5, 2).contract(trivial).kind == Kind.INVARIANT
-    assert PairwiseBias(5, 2).contract(SymmetricGroup(5)).kind == Kind.BREAKS
+    assert PairwiseBias(5, 2).contract(trivial).kind == Status.INVARIANT
+    assert PairwiseBias(5, 2).contract(SymmetricGroup(5)).kind == Status.BROKEN
     labels = torch.zeros(4, 4, dtype=torch.long)
-    assert labels_contract(labels, SymmetricGroup(4), SetField(4), "m", "r").kind == Kind.INVARIANT
-    assert labels_contract(labels, SymmetricGroup(4), SetField(5), "m", "r").kind == Kind.UNKNOWN
+    assert labels_contract(labels, SymmetricGroup(4), SetField(4), "m", "r").kind == Status.INVARIANT
+    assert labels_contract(labels, SymmetricGroup(4), SetField(5), "m", "r").kind == Status.UNVERIFIED
 
 
 def test_continuous_bias_validates_the_invariant() -> None:
@@ -517,7 +517,7 @@ def test_continuous_bias_validates_the_invariant() -> None:
     two = torch.stack([s.distance, s.distance**2], -1)  # several features; rounding noise within tolerance
     bias = ContinuousOrbitalBias(s.gset, 3, two + 1e-12 * torch.rand(10, 10, 2), hidden=8)
     assert bias().shape == (3, 10, 10) and bias.features.shape == (3, 2)
-    assert bias.contract(s.group).kind == Kind.INVARIANT
+    assert bias.contract(s.group).kind == Status.INVARIANT
 
 
 # ----------------------------------------------------------------------------- layers and blocks
@@ -552,28 +552,28 @@ def test_orbital_attention_errors_and_contracts() -> None:
         OrbitalAttention(8, 2, s.gset, bias="x")  # type: ignore[arg-type]
     with pytest.raises(GroupError, match="expected dim equal to the channel representation's size 12, got 8"):
         OrbitalAttention(8, 2, s.gset, channels=RegularRepresentation(s.group))  # type: ignore[arg-type]
-    assert layer.contract(CyclicGroup(6)).kind == Kind.UNKNOWN
-    assert layer.contract(s.group, SetField(7)).kind == Kind.UNKNOWN
-    assert OrbitalAttention(8, 2, s.gset, bias=None).contract(s.group).kind == Kind.EQUIVARIANT
+    assert layer.contract(CyclicGroup(6)).kind == Status.UNVERIFIED
+    assert layer.contract(s.group, SetField(7)).kind == Status.UNVERIFIED
+    assert OrbitalAttention(8, 2, s.gset, bias=None).contract(s.group).kind == Status.EQUIVARIANT
     # an orbital bias of a smaller group: breaks under the larger one, with the bias's reason
     finer = OrbitalAttention(8, 2, s.gset, bias=OrbitalBias(structure("hex7-C6").gset, 2))
     contract = finer.contract(s.group)
-    assert contract.kind == Kind.BREAKS and "are not unions of orbitals" in (contract.reason or "")
+    assert contract.kind == Status.BROKEN and "are not unions of orbitals" in (contract.reason or "")
 
 
 def test_transformer_block_output_type_is_its_input_type() -> None:
     s = structure("cylinder")
     block = TransformerBlock(8, OrbitalAttention(8, 2, s.gset))
     contract = block.contract(s.group)
-    assert contract.kind == Kind.EQUIVARIANT and contract.input_type == contract.output_type == GSetField(s.gset)
+    assert contract.kind == Status.EQUIVARIANT and contract.input_type == contract.output_type == GSetField(s.gset)
     grid = TransformerBlock(8, GlobalSelfAttention(8, 2, (4, 4), prefix=1)).contract(TorusTranslations(4, 4))
     assert grid.output_type == grid.input_type == TokenField((4, 4), prefix=1)
     values = structure("values-C6")
     with_rep = TransformerBlock(values.dim, OrbitalAttention(values.dim, 2, values.gset, channels=values.channels))
     broken = with_rep.contract(values.group)
-    assert broken.kind == Kind.BREAKS and "LayerNorm and the MLP mix channels" in (broken.reason or "")
+    assert broken.kind == Status.BROKEN and "LayerNorm and the MLP mix channels" in (broken.reason or "")
     pairwise = TransformerBlock(8, OrbitalAttention(8, 2, s.gset, bias="pairwise")).contract(s.group)
-    assert pairwise.kind == Kind.BREAKS and (pairwise.reason or "").startswith("attention: OrbitalAttention")
+    assert pairwise.kind == Status.BROKEN and (pairwise.reason or "").startswith("attention: OrbitalAttention")
 
 
 def test_mean_pooling_is_invariant_under_any_gset(float_dtype: torch.dtype) -> None:
@@ -581,15 +581,15 @@ def test_mean_pooling_is_invariant_under_any_gset(float_dtype: torch.dtype) -> N
     for name in ["S50", "petersen", "hex19-D6", "cylinder", "klein"]:
         s = structure(name)
         contract = pool.contract(s.group, GSetField(s.gset))
-        assert contract.kind == Kind.INVARIANT and contract.output_type == InvariantField()
+        assert contract.kind == Status.INVARIANT and contract.output_type == InvariantField()
         x = torch.randn(3, s.gset.num_points, 4, dtype=float_dtype)
         assert_equivariant(pool, x, s.group, elements=elements_of(name)[:50], input_type=GSetField(s.gset))
-    assert pool.contract(SymmetricGroup(5), SetField(5)).kind == Kind.INVARIANT
-    assert pool.contract(SymmetricGroup(5)).kind == Kind.UNKNOWN  # no layout, nothing promised
+    assert pool.contract(SymmetricGroup(5), SetField(5)).kind == Status.INVARIANT
+    assert pool.contract(SymmetricGroup(5)).kind == Status.UNVERIFIED  # no layout, nothing promised
     values = structure("values-C6")
-    assert pool.contract(values.group, values.field).kind == Kind.UNKNOWN
-    assert MeanPooling(prefix=1).contract(SymmetricGroup(5), SetField(5)).kind == Kind.BREAKS
-    assert MeanPooling((4, 4)).contract(TorusTranslations(4, 4)).kind == Kind.INVARIANT
+    assert pool.contract(values.group, values.field).kind == Status.UNVERIFIED
+    assert MeanPooling(prefix=1).contract(SymmetricGroup(5), SetField(5)).kind == Status.BROKEN
+    assert MeanPooling((4, 4)).contract(TorusTranslations(4, 4)).kind == Status.INVARIANT
     with pytest.raises(GroupError, match=r"MeanPooling: expected tokens \(B, N, C\) with N > 0"):
         pool(torch.randn(3, 4))
 
@@ -639,15 +639,15 @@ def test_equivariant_module_checks_input_and_derives_its_contract() -> None:
     with pytest.raises(GroupError, match="_Scale: expected a tensor of type gset"):
         module([1, 2])  # type: ignore[arg-type]
     assert module.contract(s.group) == Contract.equivariant(field, field)
-    assert module.contract(s.group, field).kind == Kind.EQUIVARIANT
-    assert module.contract(SymmetricGroup(10)).kind == Kind.UNKNOWN
-    assert module.contract(s.group, SetField(10)).kind == Kind.UNKNOWN
-    assert _Scale(field, InvariantField()).contract(s.group).kind == Kind.INVARIANT
+    assert module.contract(s.group, field).kind == Status.EQUIVARIANT
+    assert module.contract(SymmetricGroup(10)).kind == Status.UNVERIFIED
+    assert module.contract(s.group, SetField(10)).kind == Status.UNVERIFIED
+    assert _Scale(field, InvariantField()).contract(s.group).kind == Status.INVARIANT
     broken = _Breaks(field, field).contract(s.group)
-    assert broken.kind == Kind.BREAKS and broken.reason == "_Breaks: it says so"
+    assert broken.kind == Status.BROKEN and broken.reason == "_Breaks: it says so"
     grid = _Scale(GridField(), GridField(), group=TorusTranslations(4, 4))
-    assert grid.contract(TorusTranslations(4, 4)).kind == Kind.EQUIVARIANT
-    assert _Scale(GridField(), GridField()).contract(TorusTranslations(4, 4)).kind == Kind.UNKNOWN
+    assert grid.contract(TorusTranslations(4, 4)).kind == Status.EQUIVARIANT
+    assert _Scale(GridField(), GridField()).contract(TorusTranslations(4, 4)).kind == Status.UNVERIFIED
     with pytest.raises(GroupError, match="expected a FieldType as in_type"):
         _Scale(3, field)  # type: ignore[arg-type]
     assert module(x=torch.ones(1, 10, 2)).shape == (1, 10, 2)

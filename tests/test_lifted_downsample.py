@@ -8,8 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from groupattn.actions import GridField, InvariantField
-from groupattn.check import Verdict, certify
-from groupattn.contracts import Kind
+from groupattn.check import Status, certify
 from groupattn.groups import (
     CyclicGroup,
     DihedralGroup,
@@ -68,10 +67,10 @@ def test_network_with_anchored_downsampling_is_exactly_invariant(point_group: st
     elements = [group.point(h) for h in pg.elements()] + group.sample(6, seed=1) + [group.translation((1, 0))]
     assert_equivariant(network, x, group, elements=elements, input_type=GridField(), output_type=InvariantField())
     certificate = certify(network.float(), x.float(), group, verify=True)
-    assert certificate.verdict == Verdict.INVARIANT
+    assert certificate.verdict == Status.INVARIANT
     without_head = certify(torch.nn.Sequential(*list(network)[:-1]), x.float(), group)
     # without the invariant head the output moves only up to the frame the down-sampling chose
-    assert without_head.verdict == Verdict.UNVERIFIED and "left in frame" in (without_head.reason or "")
+    assert without_head.verdict == Status.UNVERIFIED and "left in frame" in (without_head.reason or "")
     assert without_head.outputs[0].frame is not None
 
 
@@ -84,7 +83,7 @@ def test_strided_average_pooling_breaks_where_anchoring_does_not() -> None:
                                 output_type=InvariantField())
     assert report.max_error > 1e-3
     certificate = certify(network.float(), x.float(), p4(8))
-    assert certificate.verdict == Verdict.BROKEN
+    assert certificate.verdict == Status.BROKEN
     assert certificate.first_break is not None
     assert type(network.get_submodule(certificate.first_break.node)).__name__ == "LiftedAvgPool"
 
@@ -92,14 +91,14 @@ def test_strided_average_pooling_breaks_where_anchoring_does_not() -> None:
 def test_downsample_contracts_and_errors() -> None:
     down = LiftedPolyphaseDownsample("D4", 2)
     torus = down.contract(TorusTranslations(8, 8))
-    assert torus.kind == Kind.CANONICALIZING and torus.output_group == TorusTranslations(4, 4)
+    assert torus.kind == Status.CANONICALIZING and torus.output_group == TorusTranslations(4, 4)
     rotations = down.contract(p4m(8))
-    assert rotations.kind == Kind.CANONICALIZING and rotations.output_group == p4m(4)
+    assert rotations.kind == Status.CANONICALIZING and rotations.output_group == p4m(4)
     assert down.contract(p4(8)).output_group == p4(4)  # a subgroup acts through D4
-    assert down.contract(CyclicGroup(4)).kind == Kind.UNKNOWN  # a bare point group carries no grid size
+    assert down.contract(CyclicGroup(4)).kind == Status.UNVERIFIED  # a bare point group carries no grid size
     sized = LiftedPolyphaseDownsample("C4", 2, image_size=(8, 8))
     assert sized.contract(CyclicGroup(4)).output_group == p4(4)
-    assert sized.contract(DihedralGroup(4)).kind == Kind.UNKNOWN  # reflections are not in C4
+    assert sized.contract(DihedralGroup(4)).kind == Status.UNVERIFIED  # reflections are not in C4
     with pytest.raises(GroupError, match="LiftedPolyphaseDownsample: expected a point group acting exactly"):
         LiftedPolyphaseDownsample("C8")
     with pytest.raises(GroupError, match=r"LiftedPolyphaseDownsample: expected a lifted field \(B, C, \|C4\|=4"):

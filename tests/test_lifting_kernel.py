@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from groupattn.attention import LiftingSelfAttention, attend, attend_shared_query_windows
-from groupattn.contracts import Kind
+from groupattn.contracts import Status
 from groupattn.groups import CyclicGroup, DihedralGroup, GroupError, TorusTranslations, p4, p4m
 from groupattn.nn import LiftingConvolution
 from groupattn.testing import assert_equivariant
@@ -118,7 +118,7 @@ def test_lifting_convolution_is_equivariant(point_group: CyclicGroup | DihedralG
     x = torch.randn(2, 2, 8, 8, dtype=torch.float64)
     assert_equivariant(conv, x, point_group, elements=point_group.elements())
     full = p4m(8) if isinstance(point_group, DihedralGroup) else p4(8)
-    assert conv.contract(full).kind == Kind.EQUIVARIANT
+    assert conv.contract(full).kind == Status.EQUIVARIANT
     assert_equivariant(conv, x, full, elements=[*full.sample(4, seed=2), full.translation((3, 6))])
     assert_equivariant(conv, x, TorusTranslations(8, 8), elements=[(1, 2), (7, 3)])
 
@@ -139,7 +139,7 @@ def test_lifting_convolution_slices_are_rotated_kernels() -> None:
 
 def test_lifting_convolution_contracts_and_errors() -> None:
     conv = LiftingConvolution(1, 2, 3, "C4")
-    assert conv.contract(DihedralGroup(4)).kind == Kind.BREAKS
+    assert conv.contract(DihedralGroup(4)).kind == Status.BROKEN
     assert "only rotated by C4" in (conv.contract(p4m(8)).reason or "")
     with pytest.raises(GroupError, match="LiftingConvolution: expected a point group acting exactly on the grid"):
         LiftingConvolution(1, 2, 3, "C8")

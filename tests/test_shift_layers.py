@@ -17,7 +17,7 @@ from groupattn.attention import (
     WindowAttention,
     make_relative_bias,
 )
-from groupattn.contracts import Kind
+from groupattn.contracts import Status
 from groupattn.groups import GroupError, TorusTranslations
 from groupattn.nn import (
     MLP,
@@ -75,14 +75,14 @@ def test_circulant_bias_is_built_from_orbitals_and_is_invariant() -> None:
     offset = ((ys.reshape(-1)[None] - ys.reshape(-1)[:, None]) % 3) * 5 + (xs.reshape(-1)[None] - xs.reshape(-1)[:, None]) % 5
     for o in range(15):
         assert bias[:, offset == o].unique(dim=1).shape[1] == 1
-    assert bias_module.contract(TorusTranslations(3, 5)).kind == Kind.INVARIANT
+    assert bias_module.contract(TorusTranslations(3, 5)).kind == Status.INVARIANT
 
 
 def test_clipped_bias_is_not_constant_on_orbitals() -> None:
     bias = _strong_bias(ClippedRelativeBias(GRID, heads=1))()
     orbitals = GSet.grid(TORUS, *GRID).orbitals()
     assert any(bias[0][orbitals == o].unique().numel() > 1 for o in range(int(orbitals.max()) + 1))
-    assert ClippedRelativeBias(GRID, 1).contract(TORUS).kind == Kind.BREAKS
+    assert ClippedRelativeBias(GRID, 1).contract(TORUS).kind == Status.BROKEN
 
 
 def test_counterexample_clipped_bias_breaks_attention_circulant_keeps_it(float_dtype) -> None:
@@ -90,10 +90,10 @@ def test_counterexample_clipped_bias_breaks_attention_circulant_keeps_it(float_d
     circulant = _strong_bias(GlobalSelfAttention(8, 2, GRID, bias="circulant")).to(float_dtype)
     clipped = _strong_bias(GlobalSelfAttention(8, 2, GRID, bias="clipped")).to(float_dtype)
     clipped.load_state_dict({k: v for k, v in circulant.state_dict().items() if "bias.table" not in k}, strict=False)
-    assert circulant.contract(TORUS).kind == Kind.EQUIVARIANT
+    assert circulant.contract(TORUS).kind == Status.EQUIVARIANT
     assert_equivariant(circulant, x, TORUS)  # every one of the 16 translations
     contract = clipped.contract(TORUS)
-    assert contract.kind == Kind.BREAKS and "clipped" in (contract.reason or "")
+    assert contract.kind == Status.BROKEN and "clipped" in (contract.reason or "")
     assert equivariance_error(clipped, x, TORUS).max_error > BREAK_THRESHOLD
     # No bias at all: attention is equivariant to every permutation.
     assert_equivariant(GlobalSelfAttention(8, 2, GRID, bias=None).to(float_dtype), x, TORUS)
@@ -113,7 +113,7 @@ def test_conv_positional_encoding_circular_vs_zero_padding(float_dtype) -> None:
     assert_equivariant(circular, x, TORUS)
     zeros = ConvPositionalEncoding(6, GRID, padding_mode="zeros").to(float_dtype)
     zeros.load_state_dict(circular.state_dict())
-    assert zeros.contract(TORUS).kind == Kind.BREAKS
+    assert zeros.contract(TORUS).kind == Status.BROKEN
     assert equivariance_error(zeros, x, TORUS).max_error > BREAK_THRESHOLD
     with_prefix = ConvPositionalEncoding(6, GRID, prefix=1).to(float_dtype)
     assert_equivariant(with_prefix, torch.randn(2, 17, 6, dtype=float_dtype), TORUS)
@@ -123,7 +123,7 @@ def test_absolute_positional_encoding_breaks() -> None:
     absolute = AbsolutePositionalEncoding(6, GRID)
     nn.init.normal_(absolute.embedding)
     contract = absolute.contract(TORUS)
-    assert contract.kind == Kind.BREAKS
+    assert contract.kind == Status.BROKEN
     assert contract.reason == "absolute positional encoding is not translation-invariant"
     assert equivariance_error(absolute, _tokens(2, GRID, 6), TORUS).max_error > BREAK_THRESHOLD
 
@@ -153,16 +153,16 @@ def test_window_attention_exhaustive_and_baseline() -> None:
     group = TorusTranslations(*grid)
     x = _tokens(2, grid, 8)
     anchored = _strong_bias(WindowAttention(8, 2, grid, 4, shift=2))
-    assert anchored.contract(group).kind == Kind.EQUIVARIANT
+    assert anchored.contract(group).kind == Status.EQUIVARIANT
     assert_equivariant(anchored, x, group, exact=True)  # all 64 shifts
     plain = WindowAttention(8, 2, grid, 4, shift=2, anchored=False)
     plain.load_state_dict(anchored.state_dict())
     contract = plain.contract(group)
-    assert contract.kind == Kind.BREAKS and "window" in (contract.reason or "")
+    assert contract.kind == Status.BROKEN and "window" in (contract.reason or "")
     assert equivariance_error(plain, x, group).max_error > BREAK_THRESHOLD
     # shifts by whole windows: equivariant even without anchoring
     windows = TorusTranslations(2, 2, stride=4)
-    assert plain.contract(windows).kind == Kind.EQUIVARIANT
+    assert plain.contract(windows).kind == Status.EQUIVARIANT
     assert_equivariant(plain, x, windows, exact=True)
 
 
@@ -176,7 +176,7 @@ def test_spatial_reduction_attention(pre_norm: bool, float_dtype) -> None:
     assert_equivariant(anchored, x, group)  # all 64 shifts
     plain = SpatialReductionAttention(8, 2, grid, 4, anchored=False, pre_norm=pre_norm).to(float_dtype)
     plain.load_state_dict(anchored.state_dict())
-    assert plain.contract(group).kind == Kind.BREAKS
+    assert plain.contract(group).kind == Status.BROKEN
     assert equivariance_error(plain, x, group).max_error > BREAK_THRESHOLD
     assert_equivariant(plain, x, TorusTranslations(2, 2, stride=4))
     assert_equivariant(SpatialReductionAttention(8, 2, grid, 1, anchored=False).to(float_dtype), x, group)
@@ -211,7 +211,7 @@ def test_patch_embedding_anchored_plain_and_coarse_group() -> None:
     image = TorusTranslations(16, 16)
     anchored = PatchEmbedding(2, 8, 4, (16, 16))
     contract = anchored.contract(image)
-    assert contract.kind == Kind.CANONICALIZING and contract.output_group == TorusTranslations(4, 4)
+    assert contract.kind == Status.CANONICALIZING and contract.output_group == TorusTranslations(4, 4)
     assert contract.output_type == TokenField((4, 4))
     x = torch.randn(1, 2, 16, 16)
     report = equivariance_error(anchored, x, image)  # up to the frame, all 256 shifts
@@ -219,10 +219,10 @@ def test_patch_embedding_anchored_plain_and_coarse_group() -> None:
     plain = PatchEmbedding(2, 8, 4, (16, 16), anchored=False)
     plain.load_state_dict(anchored.state_dict())
     contract = plain.contract(image)
-    assert contract.kind == Kind.BREAKS and "patch size 4" in (contract.reason or "")
+    assert contract.kind == Status.BROKEN and "patch size 4" in (contract.reason or "")
     assert _error_up_to_token_rolls(plain, x, (1, 0), (4, 4), roll_image) > BREAK_THRESHOLD
     coarse = plain.contract(TorusTranslations(4, 4, stride=4))
-    assert coarse.kind == Kind.EQUIVARIANT and coarse.output_group == TorusTranslations(4, 4)
+    assert coarse.kind == Status.EQUIVARIANT and coarse.output_group == TorusTranslations(4, 4)
 
     assert _check_coarse_equivariance(plain, torch.randn(3, 2, 16, 16), 4, (4, 4), roll_image) <= 1e-5
 
@@ -232,14 +232,14 @@ def test_patch_merging_anchored_plain_and_coarse_group() -> None:
     group = TorusTranslations(*grid)
     anchored = PatchMerging(4, 6, grid)
     contract = anchored.contract(group)
-    assert contract.kind == Kind.CANONICALIZING and contract.output_group == TorusTranslations(4, 4)
+    assert contract.kind == Status.CANONICALIZING and contract.output_group == TorusTranslations(4, 4)
     x = _tokens(3, grid, 4)
     assert equivariance_error(anchored, x, group).max_error == 0.0  # all 64 shifts, per-sample frames
     plain = PatchMerging(4, 6, grid, anchored=False)
     plain.load_state_dict(anchored.state_dict())
-    assert plain.contract(group).kind == Kind.BREAKS
+    assert plain.contract(group).kind == Status.BROKEN
     assert _error_up_to_token_rolls(plain, x, (1, 0), (4, 4), lambda z, t: _roll_tokens(z, grid, t)) > BREAK_THRESHOLD
-    assert plain.contract(TorusTranslations(4, 4, stride=2)).kind == Kind.EQUIVARIANT
+    assert plain.contract(TorusTranslations(4, 4, stride=2)).kind == Status.EQUIVARIANT
     assert _check_coarse_equivariance(
         plain, _tokens(3, grid, 4), 2, (4, 4), lambda z, s: _roll_tokens(z, grid, s)
     ) == 0.0
@@ -251,7 +251,7 @@ def test_invariant_heads(float_dtype) -> None:
     x = _tokens(3, grid, 8, float_dtype)
     for head in [MeanPooling(grid), AttentionPooling(8, 2, grid, num_queries=2)]:
         head = head.to(float_dtype)
-        assert head.contract(TORUS).kind == Kind.INVARIANT
+        assert head.contract(TORUS).kind == Status.INVARIANT
         assert head(x).shape == (3, 8)
         assert_equivariant(head, x, TORUS, output_type=InvariantField())
     with_cls = nn.Sequential(
@@ -259,7 +259,7 @@ def test_invariant_heads(float_dtype) -> None:
     ).to(float_dtype)
     assert_equivariant(with_cls, x, TORUS, input_type=TokenField(grid), output_type=InvariantField())
     assert ClassToken(8, grid).contract(TORUS).output_type == TokenField(grid, prefix=1)
-    assert ClassTokenReadout(grid).contract(TORUS).kind == Kind.INVARIANT
+    assert ClassTokenReadout(grid).contract(TORUS).kind == Status.INVARIANT
 
 
 def test_transformer_block_and_chain_contract() -> None:
@@ -267,19 +267,19 @@ def test_transformer_block_and_chain_contract() -> None:
     group = TorusTranslations(*grid)
     block = TransformerBlock(8, WindowAttention(8, 2, grid, 4, shift=2, pre_norm=True))
     assert isinstance(block.norm1, nn.Identity)
-    assert block.contract(group).kind == Kind.EQUIVARIANT
+    assert block.contract(group).kind == Status.EQUIVARIANT
     assert_equivariant(block, _tokens(2, grid, 8), group, elements=[(1, 3), (5, 2)], exact=True)
     broken = TransformerBlock(8, WindowAttention(8, 2, grid, 4, anchored=False))
     contract = broken.contract(group)
-    assert contract.kind == Kind.BREAKS and (contract.reason or "").startswith("attention: window attention")
-    assert MLP(8, 16, grid=grid).contract(group).kind == Kind.EQUIVARIANT
+    assert contract.kind == Status.BROKEN and (contract.reason or "").startswith("attention: window attention")
+    assert MLP(8, 16, grid=grid).contract(group).kind == Status.EQUIVARIANT
     chain = chain_contract([("embed", PatchEmbedding(1, 8, 2, (16, 16))), ("block", block),
                             ("pool", MeanPooling(grid))], TorusTranslations(16, 16))
-    assert chain.kind == Kind.INVARIANT and chain.input_type == GridField()
+    assert chain.kind == Status.INVARIANT and chain.input_type == GridField()
     chain = chain_contract([("merge", PatchMerging(8, 8, grid))], group)
-    assert chain.kind == Kind.CANONICALIZING and chain.output_group == TorusTranslations(4, 4)
+    assert chain.kind == Status.CANONICALIZING and chain.output_group == TorusTranslations(4, 4)
     unknown = chain_contract([("conv", nn.Conv2d(1, 1, 3))], group)
-    assert unknown.kind == Kind.UNKNOWN and "conv" in (unknown.reason or "")
+    assert unknown.kind == Status.UNVERIFIED and "conv" in (unknown.reason or "")
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -317,4 +317,4 @@ def test_layer_errors() -> None:
         make_relative_bias("rope", (4, 4), 2)  # type: ignore[arg-type]
     with pytest.raises(GroupError, match="CirculantRelativeBias: expected a grid"):
         CirculantRelativeBias(4, 2)  # type: ignore[arg-type]
-    assert MeanPooling((4, 4)).contract(TorusTranslations(8, 8)).kind == Kind.UNKNOWN
+    assert MeanPooling((4, 4)).contract(TorusTranslations(8, 8)).kind == Status.UNVERIFIED

@@ -10,7 +10,7 @@ import torch.fx
 from torch import nn
 
 from groupattn.actions import GridField, TokenField
-from groupattn.contracts import Kind
+from groupattn.contracts import Status
 from groupattn.data import load_digits
 from groupattn.groups import GroupError, TorusTranslations
 from groupattn.models import ShiftSwin, ShiftTwins, ShiftViT, create, get_spec, list_models
@@ -36,7 +36,7 @@ def _max_relative_spread(logits: torch.Tensor) -> float:
 def test_equivariant_models_are_invariant_under_all_1024_shifts(name: str) -> None:
     model = create(name).eval()
     contract = model.contract(IMAGE)
-    assert contract.kind == Kind.INVARIANT and contract.input_type == GridField()
+    assert contract.kind == Status.INVARIANT and contract.input_type == GridField()
     image = torch.randn(1, 1, 32, 32)
     with torch.no_grad():
         logits = model(_all_shifts(image))
@@ -48,7 +48,7 @@ def test_equivariant_models_are_invariant_under_all_1024_shifts(name: str) -> No
 def test_baselines_break_and_name_the_first_offending_part(name: str) -> None:
     model = create(name, equivariant=False).eval()
     contract = model.contract(IMAGE)
-    assert contract.kind == Kind.BREAKS
+    assert contract.kind == Status.BROKEN
     assert (contract.reason or "").startswith("patch_embed: strided patch embedding without anchoring")
     image = torch.randn(1, 1, 32, 32)
     shifts = torch.cat([torch.roll(image, s, dims=(2, 3)) for s in [(0, 0), (1, 0), (0, 1), (3, 5)]])
@@ -68,11 +68,37 @@ def test_invariance_on_the_bundled_digits_and_the_l2_tie_pitfall() -> None:
                 assert ((moved - logits).abs().amax(1) / logits.abs().amax(1)).max() <= 1e-5, (name, shift)
     # The digits are bilinear x2 zooms: their stride-2 polyphase L2 norms tie exactly, so an
     # L2-anchored stride-2 patch embedding picks phases by rounding noise and breaks.
-    model = create("swin", anchor_norm="l2").eval()
+    model = create("swin", anchor_norm="l2", anchoring="layers").eval()
     with torch.no_grad():
         logits = model(digits)
         worst = max((model(torch.roll(digits, s, dims=(2, 3))) - logits).abs().max().item() for s in shifts)
     assert worst / logits.abs().max().item() > 1e-3
+
+
+@pytest.mark.parametrize("name", ["swin", "twins"])
+def test_input_anchoring_is_one_smoothed_anchor_and_plain_layers(name: str) -> None:
+    strided = ("WindowAttention", "PatchMerging", "SpatialReductionAttention")
+    model = create(name)
+    assert model.patch_embed.anchored and model.patch_embed.anchor_stride == 16  # lcm of the 8 and 16 px periods
+    assert not any(m.anchored for m in model.modules() if type(m).__name__ in strided)
+    layers = create(name, anchoring="layers")
+    assert layers.patch_embed.anchor_stride == 2
+    assert all(m.anchored for m in layers.modules() if type(m).__name__ in strided)
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in layers.parameters())
+    # the smoothed score moves with the image bit for bit
+    digits = load_digits(limit=64).train_images[:16]
+    score = model.patch_embed.anchor_score(digits)
+    moved = model.patch_embed.anchor_score(torch.roll(digits, (5, 11), dims=(2, 3)))
+    assert torch.equal(moved, torch.roll(score, (5, 11), dims=(2, 3)))
+    # per-layer anchoring is exact too
+    layers.eval()
+    with torch.no_grad():
+        logits = layers(digits)
+        for shift in [(1, 0), (7, 13)]:
+            shifted = layers(torch.roll(digits, shift, dims=(2, 3)))
+            assert ((shifted - logits).abs().amax(1) / logits.abs().amax(1)).max() <= 1e-5
+    with pytest.raises(GroupError, match="expected anchoring 'input' or 'layers', got 'sometimes'"):
+        create(name, anchoring="sometimes")
 
 
 def test_models_in_float64_meet_the_float64_tolerance() -> None:
@@ -89,13 +115,13 @@ def test_vit_variants_pooling_and_positional_encodings() -> None:
     shifts = torch.cat([torch.roll(image, s, dims=(2, 3)) for s in [(0, 0), (1, 2), (7, 3), (30, 1)]])
     for pool in ["attention", "cls"]:
         model = create("vit", pool=pool).eval()
-        assert model.contract(IMAGE).kind == Kind.INVARIANT
+        assert model.contract(IMAGE).kind == Status.INVARIANT
         with torch.no_grad():
             assert _max_relative_spread(model(shifts)) <= 1e-5, pool
     absolute = create("vit", positional="absolute").eval()
     nn.init.normal_(absolute.positional.embedding)
     contract = absolute.contract(IMAGE)
-    assert contract.kind == Kind.BREAKS
+    assert contract.kind == Status.BROKEN
     assert contract.reason == "positional: absolute positional encoding is not translation-invariant"
     with torch.no_grad():
         assert _max_relative_spread(absolute(shifts)) > 1e-3
@@ -113,13 +139,21 @@ class _Features(nn.Sequential):
         return chain_contract(list(self.named_children()), group, input_type)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_feature_maps_move_with_the_input_up_to_the_frame(name: str) -> None:
-    model = create(name).eval()
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [("vit", {}), ("swin", {}), ("twins", {}), ("swin", {"anchoring": "layers"}), ("twins", {"anchoring": "layers"})],
+)
+def test_feature_maps_move_with_the_input_up_to_the_frame(name: str, options: dict) -> None:
+    model = create(name, **options).eval()
     features = _Features(list(model.named_children())[:-3])  # everything before norm, pool, head
     contract = features.contract(IMAGE)
-    assert contract.kind == Kind.CANONICALIZING and contract.output_type == TokenField(model.pool.grid)
-    assert contract.output_group == TorusTranslations(*model.pool.grid)
+    assert contract.kind == Status.CANONICALIZING and contract.output_type == TokenField(model.pool.grid)
+    # anchored per layer (or with the patch size): the frame is any shift of the final grid;
+    # anchored once at the input with stride S: a shift by a multiple of S pixels
+    h, w = model.pool.grid
+    ratio = max(1, model.patch_embed.anchor_stride * h // 32)  # S over the final token size
+    assert contract.output_group == TorusTranslations(h // ratio, w // ratio, stride=ratio)
+    assert (ratio == 1) == (name == "vit" or options.get("anchoring") == "layers")
     report = equivariance_error(
         features, torch.randn(2, 1, 32, 32), IMAGE, elements=[(1, 0), (0, 1), (3, 7), (16, 31)]
     )
@@ -142,7 +176,7 @@ def test_registry_sizes_and_presets() -> None:
     )
     custom = create("swin", dims=24, depths=(2,), heads=3, window=8, patch=4, num_classes=4, in_channels=3)
     assert custom(torch.randn(2, 3, 32, 32)).shape == (2, 4)
-    assert custom.contract(IMAGE).kind == Kind.INVARIANT
+    assert custom.contract(IMAGE).kind == Status.INVARIANT
 
 
 def test_model_configuration_and_input_errors() -> None:

@@ -9,7 +9,7 @@ from einops import rearrange
 from torch import nn
 
 from ..actions import TokenField, check_grid
-from ..contracts import Contract, EquivariantModule, Kind, contract_of
+from ..contracts import Contract, EquivariantModule, Status, contract_of
 from ..groups import Group, GroupError
 from ..positional import CirculantRelativeBias, ClippedRelativeBias, translation_contract
 from ._kernel import attend
@@ -129,9 +129,9 @@ class GlobalSelfAttention(EquivariantModule):
         reason = None
         if self.bias is not None:
             bias_contract = contract_of(self.bias, group)
-            if bias_contract.kind == Kind.BREAKS:
+            if bias_contract.kind == Status.BROKEN:
                 reason = f"global attention bias: {bias_contract.reason}"
-            elif bias_contract.kind == Kind.UNKNOWN:
+            elif bias_contract.kind == Status.UNVERIFIED:
                 return Contract.unknown(f"GlobalSelfAttention: {bias_contract.reason}", input_type)
         return translation_contract("GlobalSelfAttention", group, self.grid, self.prefix, reason)
 

@@ -23,7 +23,7 @@ from ..actions import (
     TrivialRepresentation,
     intertwiner_basis,
 )
-from ..contracts import Contract, EquivariantModule, Kind, contract_of
+from ..contracts import Contract, EquivariantModule, Status, contract_of
 from ..groups import Group, GroupError
 from ..positional import OrbitalBias, PairwiseBias
 from ._global import check_heads
@@ -216,7 +216,7 @@ class OrbitalAttention(EquivariantModule):
         if self.bias is None:
             return None
         contract = contract_of(self.bias, group, _token_layout(self.in_type))
-        if contract.kind == Kind.BREAKS:
+        if contract.kind == Status.BROKEN:
             return f"attention bias: {contract.reason}"
         return None
 
@@ -224,7 +224,7 @@ class OrbitalAttention(EquivariantModule):
         """Equivariant under the G-set's group unless the bias breaks (see the class docstring)."""
         if self.bias is not None and group == self.gset.group:
             bias_contract = contract_of(self.bias, group, _token_layout(self.in_type))
-            if bias_contract.kind not in (Kind.INVARIANT, Kind.BREAKS):
+            if bias_contract.kind not in (Status.INVARIANT, Status.BROKEN):
                 return Contract.unknown(
                     f"OrbitalAttention: attention bias promises nothing "
                     f"({bias_contract.reason or bias_contract.kind.value})",

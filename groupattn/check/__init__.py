@@ -13,8 +13,12 @@ a module of your own is checked through its body, or through its ``contract`` me
 when its body cannot be verified.
 """
 
+import warnings
+from typing import Any
+
+from ..contracts import Status
 from ..groups import GROUP_NAMES, group_from_name
-from ._certificate import EXIT_CODES, BreakInfo, Certificate, Verdict, VerificationReport
+from ._certificate import EXIT_CODES, BreakInfo, Certificate, VerificationReport
 from ._certify import certify, default_input_type
 from ._checker import OutputInfo
 from ._layout import Atom, LayoutField, describe_layout
@@ -42,7 +46,7 @@ __all__ = [
     "NodeRecord",
     "OutputCheck",
     "OutputInfo",
-    "Verdict",
+    "Status",
     "VerificationBudgetError",
     "VerificationCost",
     "VerificationReport",
@@ -54,3 +58,15 @@ __all__ = [
     "group_from_name",
     "verify",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Verdict":
+        warnings.warn(
+            "groupattn.check.Verdict is deprecated: use groupattn.check.Status (the same class, also "
+            "groupattn.contracts.Status)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return Status
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

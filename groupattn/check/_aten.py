@@ -17,13 +17,18 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ._maps import coordinates, flat_index
+from ._maps import coordinates, flat_index, value_classes
 from ._semantics import contract, movement, normalize, pointwise, reduce
 from ._values import Breaks, Constant, FrameValue, Moving, Unverifiable
 
-__all__ = ["RULES", "OpCall", "Poison", "rule_for"]
+__all__ = ["RANDOM_OPS_WITH_RULES", "RULES", "OpCall", "Poison", "rule_for"]
 
 IGNORED_ARGS = frozenset({"memory_format", "layout", "device", "pin_memory", "non_blocking"})
+
+#: Operators tagged random whose rule reads the argument that switches the randomness on.
+RANDOM_OPS_WITH_RULES = frozenset(
+    {"aten::dropout", "aten::native_dropout", "aten::feature_dropout", "aten::alpha_dropout", "aten::scaled_dot_product_attention"}
+)
 
 
 @dataclass(eq=False)
@@ -279,7 +284,7 @@ _DATA_ARGS: dict[str, tuple[str, ...]] = {
 _MOVEMENT = (
     "aten::view", "aten::reshape", "aten::_unsafe_view", "aten::view_as", "aten::reshape_as",
     "aten::expand", "aten::expand_as", "aten::broadcast_to", "aten::permute", "aten::transpose",
-    "aten::swapaxes", "aten::swapdims", "aten::t", "aten::unsqueeze", "aten::squeeze", "aten::slice",
+    "aten::swapaxes", "aten::swapdims", "aten::t", "aten::mT", "aten::unsqueeze", "aten::squeeze", "aten::slice",
     "aten::select", "aten::narrow", "aten::flip", "aten::fliplr", "aten::flipud", "aten::roll",
     "aten::rot90", "aten::repeat", "aten::tile", "aten::alias", "aten::detach", "aten::clone",
     "aten::contiguous", "aten::lift_fresh_copy", "aten::movedim", "aten::moveaxis", "aten::flatten",
@@ -319,6 +324,57 @@ def _replace_value(args: tuple[Any, ...], kwargs: dict[str, Any], old: Any, new:
     return tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()}
 
 
+#: Views and copies that rearrange all entries of their one operand exactly once.
+_BIJECTIVE = frozenset(
+    {
+        "aten::view", "aten::reshape", "aten::_unsafe_view", "aten::permute", "aten::transpose", "aten::t",
+        "aten::mT", "aten::unsqueeze", "aten::squeeze", "aten::alias", "aten::detach", "aten::clone",
+        "aten::contiguous", "aten::movedim", "aten::flatten", "aten::unflatten", "aten::unbind",
+        "aten::swapaxes", "aten::swapdims",
+    }
+)
+
+
+def _permutation_of_one(call: OpCall, data: list[Any], replace: dict[int, int]) -> list[Any] | None:
+    """Maps of a rearrangement of one moving operand, read off one exact (long) index probe.
+
+    The outputs together must hold every entry of the operand exactly once (a bijection);
+    then an output entry that copies entry ``s`` moves to the entry that copies ``m[s]``.
+    Anything else (copies, fills, an invariant operand with value classes) goes to the
+    general :func:`movement`.
+    """
+    if len(data) != 1 or not isinstance(data[0], Moving) or data[0].invariant or data[0].source is not None:
+        return None
+    x = data[0]
+    probe = torch.arange(x.numel).reshape(x.shape)
+    try:
+        out = call.replay(replace)([probe])
+    except Exception:
+        return None
+    outs = [out] if isinstance(out, torch.Tensor) else list(out)
+    if not outs or any(not isinstance(o, torch.Tensor) or o.dtype != torch.long for o in outs):
+        return None
+    flat = torch.cat([o.reshape(-1) for o in outs])
+    if flat.numel() != x.numel or not torch.equal(torch.sort(flat).values, torch.arange(x.numel)):
+        return None
+    where = torch.empty_like(flat)
+    where[flat] = torch.arange(flat.numel())  # position in the outputs of each operand entry
+    offset = 0
+    results = []
+    for o in outs:
+        src = o.reshape(-1)
+        n = src.numel()
+        maps = []
+        for m in x.moves:  # type: ignore[union-attr]
+            target = where[m[src]] - offset
+            if bool(((target < 0) | (target >= n)).any()):
+                raise Breaks(f"{call.label}: the group moves entries between its outputs")
+            maps.append(target)
+        results.append(Moving(tuple(o.shape), x.dtype, x.frame, maps).normalised())
+        offset += n
+    return results
+
+
 @rule(*_MOVEMENT)
 def _movement_rule(call: OpCall) -> Any:
     packet = call.target._schema.name
@@ -336,7 +392,8 @@ def _movement_rule(call: OpCall) -> Any:
     if not data:
         raise Unverifiable(f"{call.label}: no data operand")
     replace = {id(v): i for i, v in enumerate(data)}
-    results = movement(call.replay(replace), data, call.label)
+    fast = _permutation_of_one(call, data, replace) if packet in _BIJECTIVE else None
+    results = fast if fast is not None else movement(call.replay(replace), data, call.label)
     meta = call.out_meta
     if isinstance(meta, list | tuple):
         return list(results)
@@ -582,11 +639,50 @@ def _addmm(call: OpCall) -> Any:
     prod = _matmul(call, call.args[first], call.args[second])
     return pointwise([prod, call.args["self"]], call.out_shape(), call.out_dtype(), call.label)
 
+# ----------------------------------------------------------------------------- row maps (fast paths)
+
+
+def _row_maps(x: Moving, n: int) -> list[torch.Tensor] | None:
+    """Per generator, the map of the rows of ``x`` viewed as ``(-1, n)`` when the group only
+    permutes whole rows (the last ``n`` entries of each row stay in order); else ``None``.
+
+    Token layouts moved by translations or by a canonicalizer's per-sample element move
+    tokens, never channels: layers that act row by row (linear maps, layer norms,
+    attention over rows) then move by the same row map, which is far cheaper to derive
+    than the general contraction rule.
+    """
+    if n <= 0 or x.numel % n:
+        return None
+    rows = x.numel // n
+    if x.moves is None:
+        return [torch.arange(rows) for _ in x.frame.generators]
+    out = []
+    offsets = torch.arange(n)
+    for m in x.moves:
+        m2 = m.reshape(rows, n)
+        base = m2[:, 0]
+        if bool((base % n != 0).any()) or not torch.equal(m2, base[:, None] + offsets):
+            return None
+        out.append(base // n)
+    return out
+
+
+def _with_rows(rows: list[torch.Tensor], n: int, shape: tuple[int, ...], dtype: torch.dtype, frame: Any) -> Moving:
+    """The value of ``shape`` whose rows of ``n`` entries move by ``rows``."""
+    offsets = torch.arange(n)
+    maps = [(r[:, None] * n + offsets).reshape(-1) for r in rows]
+    return Moving(tuple(shape), dtype, frame, maps).normalised()
+
+
 
 @rule("aten::linear")
 def _linear(call: OpCall) -> Any:
     x, w, bias = call.args["input"], call.args["weight"], call.args["bias"]
     sx = _value_shape(x)
+    if isinstance(x, Moving) and isinstance(w, Constant) and not isinstance(bias, Moving) and len(_value_shape(w)) == 2 and sx:
+        rows = _row_maps(x, sx[-1])
+        if rows is not None:  # the same affine map on every row
+            return _with_rows(rows, call.out_shape()[-1], call.out_shape(), call.out_dtype(), x.frame)
     lead = _fresh(len(sx) - 1, "kn")
     if len(_value_shape(w)) == 1:
         out = contract(x, lead + "k", w, "k", lead, call.out_dtype(), call.label)
@@ -648,6 +744,9 @@ def _sdpa(call: OpCall) -> Any:
         raise Unverifiable(f"{call.label}: grouped-query attention is not supported")
     if float(dropout) != 0.0:
         raise Unverifiable(f"{call.label}: draws random numbers (attention dropout)")
+    fast = _sdpa_rows(call, q, k, v, mask, bool(causal))
+    if fast is not None:
+        return fast
     sq, sk = _value_shape(q), _value_shape(k)
     k, v = _keys_up_to_permutation(call, q, k, v, mask)
     lead = _fresh(len(sq) - 2, "ijd")
@@ -659,6 +758,54 @@ def _sdpa(call: OpCall) -> Any:
         scores = pointwise([scores, Constant(tri, tri)], scores.shape, call.out_dtype(), call.label + " causal mask")
     weights = normalize(scores, [len(scores.shape) - 1], call.out_dtype(), call.label + " softmax")
     return contract(weights, lead + "ij", v, lead + "je", lead + "ie", call.out_dtype(), call.label)
+
+
+def _sdpa_rows(call: OpCall, q: Any, k: Any, v: Any, mask: Any, causal: bool) -> Moving | None:
+    """Attention whose operands move by whole rows: queries by ``(block, l) → (β(block), λ(l))``,
+    keys and values by one permutation inside the image block ``β(block)`` — the output
+    moves like the queries (the softmax sums over all keys of the block in any order). A
+    constant mask must be unchanged by the moves; otherwise (or with a causal mask, an
+    input-dependent mask, operands from different frames) the general rule decides.
+    """
+    if causal or not all(isinstance(t, Moving) for t in (q, k, v)) or isinstance(mask, Moving):
+        return None
+    if mask is not None and not (isinstance(mask, Constant) and isinstance(mask.first, torch.Tensor)):
+        return None
+    active = [t for t in (q, k, v) if not t.invariant]
+    if not active or any(t.frame is not active[0].frame for t in active):
+        return None
+    frame = active[0].frame
+    sq, sk, sv = q.shape, k.shape, v.shape
+    if len(sq) < 2 or sq[:-2] != sk[:-2] or sk[:-1] != sv[:-1] or sq[-1] != sk[-1]:
+        return None
+    L, S = sq[-2], sk[-2]
+    blocks = math.prod(sq[:-2])
+    rq, rk, rv = _row_maps(q, sq[-1]), _row_maps(k, sk[-1]), _row_maps(v, sv[-1])
+    if rq is None or rk is None or rv is None:
+        return None
+    if len(rq) != len(frame.generators):
+        return None
+    classes = None
+    if mask is not None:
+        full = (*sq[:-1], S)
+        try:
+            first = mask.first.expand(full).reshape(-1)
+            second = mask.second.expand(full).reshape(-1)
+        except RuntimeError:
+            return None
+        classes = value_classes(first, second)
+    for a, b, c in zip(rq, rk, rv):
+        if not torch.equal(b, c):
+            return None
+        qa, kb = a.reshape(blocks, L), b.reshape(blocks, S)
+        beta = qa[:, :1] // L
+        if not torch.equal(qa // L, beta.expand(blocks, L)) or not torch.equal(kb // S, beta.expand(blocks, S)):
+            return None
+        if classes is not None:
+            scores = (qa[:, :, None] * S + (kb % S)[:, None, :]).reshape(-1)
+            if not torch.equal(classes[scores], classes):
+                return None
+    return _with_rows(rq, sv[-1], call.out_shape(), call.out_dtype(), frame)
 
 
 def _key_axis_sources(value: Moving, what: str) -> list[torch.Tensor] | None:
@@ -870,6 +1017,14 @@ def _layer_norm(call: OpCall) -> Any:
     call.args.touch("eps", "cudnn_enable")
     n = len(shape)
     dims = list(range(len(x.shape) - n, len(x.shape)))
+    weight, bias = call.args["weight"], call.args["bias"]
+    rows = _row_maps(x, math.prod(shape)) if not isinstance(weight, Moving) and not isinstance(bias, Moving) else None
+    if rows is not None:  # rows move whole: each is normalised (and scaled) the same way
+        out = _with_rows(rows, math.prod(shape), x.shape, x.dtype, x.frame)
+        if isinstance(call.out_meta, list | tuple):
+            stat = _with_rows(rows, 1, call.out_shape(1), call.out_dtype(1), x.frame)
+            return (out, stat, stat)
+        return out
     out = normalize(x, dims, x.dtype, call.label)
     out = _affine(call, out, call.args["weight"], call.args["bias"], (1,) * (len(x.shape) - n) + shape)
     if isinstance(call.out_meta, list | tuple):

@@ -6,17 +6,17 @@ import json
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import networkx as nx
 
 from ..actions import FieldType
+from ..contracts import Status
 from ..groups import Group, GroupElement
 from ._propagate import NodeRecord
 
-__all__ = ["EXIT_CODES", "BreakInfo", "Certificate", "Verdict", "VerificationReport"]
+__all__ = ["EXIT_CODES", "BreakInfo", "Certificate", "VerificationReport"]
 
 #: Exit codes of ``groupattn check`` by status (the JSON repeats them as ``"status"`` and
 #: ``"exit_code"``). 1 is Python's code for an uncaught exception, so a crash is never
@@ -31,28 +31,6 @@ EXIT_CODES: dict[str, int] = {
 }
 """Exit codes of ``groupattn check`` by status: 0 certified, 1 runtime error, 2 usage error,
 3 broken, 4 unverified, 5 disagreement (certified, refuted numerically)."""
-
-
-class Verdict(str, Enum):
-    """The checker's verdict on a whole network.
-
-    - ``EQUIVARIANT``: the output moves with the input (possibly on a coarser grid, or
-      up to a frame chosen by a canonicalizer: see :attr:`Certificate.output_frame`).
-    - ``INVARIANT``: the output does not move.
-    - ``BROKEN``: some node on the way to the output breaks equivariance.
-    - ``UNVERIFIED``: the checker cannot tell (a node without a contract, an untracked
-      layout, or an untraceable model).
-    """
-
-    EQUIVARIANT = "equivariant"
-    INVARIANT = "invariant"
-    BROKEN = "broken"
-    UNVERIFIED = "unverified"
-
-    @property
-    def certified(self) -> bool:
-        """Whether the verdict certifies the network (equivariant or invariant)."""
-        return self in (Verdict.EQUIVARIANT, Verdict.INVARIANT)
 
 
 @dataclass
@@ -169,7 +147,7 @@ class Certificate:
     Attributes
     ----------
     verdict
-        See :class:`Verdict`.
+        See :class:`Status`.
     group
         The group acting on the input.
     input_type
@@ -206,7 +184,7 @@ class Certificate:
         own verdict, field type, frame and reason.
     """
 
-    verdict: Verdict
+    verdict: Status
     group: Group
     input_type: FieldType | None
     output_type: FieldType | None = None
@@ -235,7 +213,7 @@ class Certificate:
             return "disagreement"
         if self.certified:
             return "certified"
-        return "broken" if self.verdict == Verdict.BROKEN else "unverified"
+        return "broken" if self.verdict == Status.BROKEN else "unverified"
 
     @property
     def exit_code(self) -> int:
@@ -279,7 +257,7 @@ class Certificate:
         width = max((len(r.name) for r in self.records), default=4)
         rows = [self.summary(), ""]
         for r in self.records:
-            line = f"{r.name.ljust(width)}  {r.status:<16} {r.target:<28} {r.description}"
+            line = f"{r.name.ljust(width)}  {r.status.value:<16} {r.target:<28} {r.description}"
             if r.reason:
                 line += f"  <- {r.reason}"
             rows.append(line.rstrip())
@@ -298,7 +276,7 @@ class Certificate:
             table.add_column(col)
         for r in self.records:
             style = styles.get(r.status, "green" if r.status.startswith(("equivariant", "invariant")) else "")
-            table.add_row(r.name, r.status, r.target, r.description, r.reason or "", style=style)
+            table.add_row(r.name, r.status.value, r.target, r.description, r.reason or "", style=style)
         return table
 
     def to_json(self) -> dict[str, Any]:
@@ -314,7 +292,7 @@ class Certificate:
             "unverified": [{"node": n, "reason": r} for n, r in self.unverified],
             "reason": self.reason,
             "nodes": [
-                {"name": r.name, "op": r.op, "target": r.target, "status": r.status, "output": r.description, "reason": r.reason}
+                {"name": r.name, "op": r.op, "target": r.target, "status": r.status.value, "output": r.description, "reason": r.reason}
                 for r in self.records
             ],
             "disagreements": self.disagreements,

@@ -12,7 +12,7 @@ from torch import nn
 
 from ..actions import FieldType, InvariantField
 from ..groups import FiniteGroup, Group, GroupError, PermutationGroup
-from ._certificate import BreakInfo, Certificate, Verdict
+from ._certificate import BreakInfo, Certificate, Status
 from ._export import export_for_check, is_trusted_leaf
 from ._leaf_rules import recognise
 from ._propagate import Failed, Propagation, input_maps, propagate_graph
@@ -32,7 +32,7 @@ class OutputInfo:
         Where the output sits in the model's return value (``""`` for a lone tensor,
         ``"[1]"``, ``"['logits']"``, …), or ``"the input, modified in place"``.
     verdict
-        Its :class:`Verdict`.
+        Its :class:`Status`.
     field_type
         How it moves (``InvariantField`` when invariant; ``None`` when unknown).
     output_group
@@ -46,7 +46,7 @@ class OutputInfo:
     """
 
     path: str
-    verdict: Verdict
+    verdict: Status
     field_type: FieldType | None = None
     output_group: Group | None = None
     frame: str | None = None
@@ -124,7 +124,7 @@ def certify_network(
 ) -> Certificate:
     """Certify ``model`` on ``example_input`` (see :func:`groupattn.check.certify`)."""
     shape = tuple(int(s) for s in example_input.shape)
-    cert = Certificate(Verdict.UNVERIFIED, group, input_type)
+    cert = Certificate(Status.UNVERIFIED, group, input_type)
     try:
         generators = list(group.generators())
         _check_generators(group, generators)
@@ -150,9 +150,9 @@ def _certify(
         first = _run_pass(model, example_input, x_value, input_type, output_type, user_contracts=False)
         result = first
         provably_broken = any(r.status == "broken" for r in first.records)
-        if first.verdict == Verdict.UNVERIFIED and not provably_broken and _leaves(model, True).keys() - _leaves(model, False).keys():
+        if first.verdict == Status.UNVERIFIED and not provably_broken and _leaves(model, True).keys() - _leaves(model, False).keys():
             second = _run_pass(model, example_input, x_value, input_type, output_type, user_contracts=True)
-            if second.verdict != Verdict.UNVERIFIED:
+            if second.verdict != Status.UNVERIFIED:
                 names = sorted(p for m, p in _leaves(model, True).items() if m not in _leaves(model, False))
                 second.notes.append(
                     "checked by the declared contracts of " + ", ".join(names) + " (their bodies could not be verified: "
@@ -164,14 +164,14 @@ def _certify(
             with torch.no_grad():
                 a, b = model(example_input.clone()), model(example_input.clone())
             if _python_state(model) != before:
-                result.verdict = Verdict.UNVERIFIED
+                result.verdict = Status.UNVERIFIED
                 result.reason = (
                     "the model changes its own Python attributes when it runs (a counter, a cache): its behaviour "
                     "can change between calls, which no trace shows"
                 )
                 result.output_type = None
             elif not _same_outputs(a, b):
-                result.verdict = Verdict.UNVERIFIED
+                result.verdict = Status.UNVERIFIED
                 result.reason = (
                     "the model's output differs between two evaluations on the same input: it draws random numbers "
                     "or keeps state between calls"
@@ -190,7 +190,7 @@ def _run_pass(
     user_contracts: bool,
 ) -> Certificate:
     group = x_value.frame.group
-    cert = Certificate(Verdict.UNVERIFIED, group, input_type)
+    cert = Certificate(Status.UNVERIFIED, group, input_type)
     leaves = _leaves(model, user_contracts)
     try:
         exported = export_for_check(model, example, leaves)
@@ -201,7 +201,7 @@ def _run_pass(
     prop = propagate_graph(exported, model, x_value, [0])
     cert = _verdict(prop, cert, x_value, input_type, output_type)
     if exported.ties and cert.certified:
-        cert.verdict = Verdict.UNVERIFIED
+        cert.verdict = Status.UNVERIFIED
         cert.reason = (
             f"a canonicalizer meets {exported.ties} exact tie(s) or non-finite score(s) on the example input; its "
             "choice is then not equivariant (certify with a generic random input; if ties persist, the network builds "
@@ -219,23 +219,23 @@ def _path(prop: Propagation, node: str) -> list[str]:
 
 def _output_info(path: str, value: Any, node: str | None, x_value: Moving, input_type: FieldType, output_type: FieldType | None) -> OutputInfo:
     if isinstance(value, Failed):
-        verdict = Verdict.BROKEN if value.status == "broken" else Verdict.UNVERIFIED
+        verdict = Status.BROKEN if value.status == "broken" else Status.UNVERIFIED
         return OutputInfo(path, verdict, reason=value.reason, node=value.origin)
     if isinstance(value, Constant):
         if not isinstance(value.first, torch.Tensor):
-            return OutputInfo(path, Verdict.INVARIANT, InvariantField(), node=node, reason="not a tensor")
-        return OutputInfo(path, Verdict.INVARIANT, InvariantField(), node=node, reason="does not depend on the input")
+            return OutputInfo(path, Status.INVARIANT, InvariantField(), node=node, reason="not a tensor")
+        return OutputInfo(path, Status.INVARIANT, InvariantField(), node=node, reason="does not depend on the input")
     if isinstance(value, FrameValue):
-        return OutputInfo(path, Verdict.UNVERIFIED, reason="returns a canonicalizer's frame", node=node)
+        return OutputInfo(path, Status.UNVERIFIED, reason="returns a canonicalizer's frame", node=node)
     if not isinstance(value, Moving):
         reason = getattr(value, "reason", None)
         if value is None or isinstance(value, int | float | bool | str):
-            return OutputInfo(path, Verdict.INVARIANT, InvariantField(), node=node, reason="not a tensor")
-        return OutputInfo(path, Verdict.UNVERIFIED, reason=f"an untracked value ({reason})" if reason else "an untracked value", node=node)
+            return OutputInfo(path, Status.INVARIANT, InvariantField(), node=node, reason="not a tensor")
+        return OutputInfo(path, Status.UNVERIFIED, reason=f"an untracked value ({reason})" if reason else "an untracked value", node=node)
     frame = value.frame
     frame_text = frame.describe() if frame.tag else None
     if value.invariant:
-        return OutputInfo(path, Verdict.INVARIANT, InvariantField(), node=node)
+        return OutputInfo(path, Status.INVARIANT, InvariantField(), node=node)
     preferred: list[tuple[FieldType, Group]] = []
     if output_type is not None:
         preferred.append((output_type, frame.group))
@@ -246,7 +246,7 @@ def _output_info(path: str, value: Any, node: str | None, x_value: Moving, input
         what = f"the requested {output_type.describe()}" if output_type is not None else "a field type the checker knows"
         return OutputInfo(
             path,
-            Verdict.UNVERIFIED,
+            Status.UNVERIFIED,
             reason=f"it moves with the input, but not as {what} (shape {value.shape}); pass output_type to certify",
             node=node,
             frame=frame_text,
@@ -256,7 +256,7 @@ def _output_info(path: str, value: Any, node: str | None, x_value: Moving, input
     if frame_text is not None:
         return OutputInfo(
             path,
-            Verdict.UNVERIFIED,
+            Status.UNVERIFIED,
             field,
             out_group,
             frame_text,
@@ -264,7 +264,7 @@ def _output_info(path: str, value: Any, node: str | None, x_value: Moving, input
             "undo the canonicalization (a frame-restoring module) or pool it to an invariant",
             node,
         )
-    return OutputInfo(path, Verdict.EQUIVARIANT, field, out_group, frame_text, None, node)
+    return OutputInfo(path, Status.EQUIVARIANT, field, out_group, frame_text, None, node)
 
 
 def _verdict(prop: Propagation, cert: Certificate, x_value: Moving, input_type: FieldType, output_type: FieldType | None) -> Certificate:
@@ -273,16 +273,16 @@ def _verdict(prop: Propagation, cert: Certificate, x_value: Moving, input_type: 
     cert.unverified = [(r.name, r.reason or "") for r in cert.records if r.status == "unverified" and not r.inherited]
     infos = [_output_info(p, v, n, x_value, input_type, output_type) for p, v, n in prop.outputs]
     for target, kind in prop.side_effects:
-        infos.append(OutputInfo(f"state {target}", Verdict.UNVERIFIED, reason=f"the model performs a {kind} of {target}: it keeps state between calls"))
+        infos.append(OutputInfo(f"state {target}", Status.UNVERIFIED, reason=f"the model performs a {kind} of {target}: it keeps state between calls"))
     cert.outputs = infos  # type: ignore[attr-defined]
     tensor_infos = [i for i in infos if i.reason != "not a tensor"]
     if not tensor_infos:
         cert.reason = "the model returns no tensor"
         return cert
-    broken = [i for i in tensor_infos if i.verdict == Verdict.BROKEN]
-    unverified = [i for i in tensor_infos if i.verdict == Verdict.UNVERIFIED]
+    broken = [i for i in tensor_infos if i.verdict == Status.BROKEN]
+    unverified = [i for i in tensor_infos if i.verdict == Status.UNVERIFIED]
     if broken:
-        cert.verdict = Verdict.BROKEN
+        cert.verdict = Status.BROKEN
         info = broken[0]
         rec = prop.records.get(info.node or "")
         where = (rec.module if rec is not None and rec.module else None) or info.node or "?"
@@ -296,11 +296,11 @@ def _verdict(prop: Propagation, cert: Certificate, x_value: Moving, input_type: 
         cert.reason = where + (f"{info.node}: " if info.node and info.reason and not info.reason.startswith(info.node) else "") + (info.reason or "")
         return cert
     main = tensor_infos[0]
-    if all(i.verdict == Verdict.INVARIANT for i in tensor_infos):
-        cert.verdict = Verdict.INVARIANT
+    if all(i.verdict == Status.INVARIANT for i in tensor_infos):
+        cert.verdict = Status.INVARIANT
         cert.output_type = InvariantField()
         return cert
-    cert.verdict = Verdict.EQUIVARIANT
+    cert.verdict = Status.EQUIVARIANT
     cert.output_type = main.field_type
     cert.output_group = main.output_group
     cert.output_frame = main.frame

@@ -341,7 +341,7 @@ def run(args: argparse.Namespace) -> int:
 def _execute(args: argparse.Namespace, plan: _Plan) -> int:
     from torch import nn
 
-    from ._certificate import Certificate, Verdict
+    from ._certificate import Certificate, Status
     from ._certify import certify
     from ._verify import VerificationBudgetError, attach_verification, estimate_verification
 
@@ -363,7 +363,7 @@ def _execute(args: argparse.Namespace, plan: _Plan) -> int:
     try:
         cert = certify(model, x, plan.group, input_type=plan.input_type)
     except GroupError as err:  # the checker does not handle this input: unverified, never a crash or a pass
-        cert = Certificate(Verdict.UNVERIFIED, plan.group, plan.input_type, reason=f"the checker cannot check it: {err}")
+        cert = Certificate(Status.UNVERIFIED, plan.group, plan.input_type, reason=f"the checker cannot check it: {err}")
     if args.verify:
         try:
             cert = attach_verification(cert, model, x, None, budget_s=args.verify_budget)

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..actions import FieldType, GridField, InvariantField, LiftedField, TokenField, point_group_of
-from ..contracts import ContractError, Kind, contract_of
+from ..contracts import ContractError, Status, contract_of
 from ..groups import FiniteGroup, Group, GroupElement, GroupError, TorusTranslations
 from ._export import LeafCall
 from ._values import (
@@ -239,7 +239,7 @@ def leaf_rule(name: str, leaf: LeafCall, inputs: list[Any], out_meta: Any, frame
             stated = contract_of(module, group, None)
         except (ContractError, GroupError, ValueError):
             stated = None
-        if stated is not None and stated.kind == Kind.BREAKS:
+        if stated is not None and stated.kind == Status.BROKEN:
             raise Breaks(f"{label}: {stated.reason or 'declares that it breaks equivariance'}")
         in_type = _declared_input(module, group)
         if in_type is None:
@@ -258,13 +258,13 @@ def leaf_rule(name: str, leaf: LeafCall, inputs: list[Any], out_meta: Any, frame
             if problem:
                 raise Breaks(f"{label}: {problem}")
         kind = contract.kind
-        if kind == Kind.BREAKS:
+        if kind == Status.BROKEN:
             raise Breaks(f"{label}: {contract.reason or 'declares that it breaks equivariance'}")
-        if kind == Kind.UNKNOWN:
+        if kind == Status.UNVERIFIED:
             last_error = contract.reason or "promises nothing"
             continue
         others = tensors[1:]
-        if kind == Kind.FRAME_RESTORING:
+        if kind == Status.FRAME_RESTORING:
             return _restore(label, contract, group, x, others, metas)
         for other in others:
             if isinstance(other, FrameValue):
@@ -273,12 +273,12 @@ def leaf_rule(name: str, leaf: LeafCall, inputs: list[Any], out_meta: Any, frame
                 raise Unverifiable(f"{label}: several moving tensor inputs; the contract speaks of the first only")
         out_group = contract.output_group or group
         main_shape = tuple(int(s) for s in metas[0].shape)
-        if kind == Kind.INVARIANT:
+        if kind == Status.INVARIANT:
             return [Moving(tuple(int(s) for s in m.shape), m.dtype, frame, None) for m in metas]
         out_type = contract.output_type
         if out_type is None:
             raise Unverifiable(f"{label}: its contract names no output type")
-        if kind == Kind.EQUIVARIANT:
+        if kind == Status.EQUIVARIANT:
             maps = []
             for e, gen in zip(elems, frame.generators):
                 try:
@@ -292,7 +292,7 @@ def leaf_rule(name: str, leaf: LeafCall, inputs: list[Any], out_meta: Any, frame
             main = Moving(main_shape, metas[0].dtype, frame, maps).normalised()
             rest = [_untracked(label, m) for m in metas[1:]]
             return [main, *rest]
-        if kind == Kind.CANONICALIZING:
+        if kind == Status.CANONICALIZING:
             new = new_frame(frame_counter, out_group, name, frame, main_shape[0] if main_shape else 1)
             maps = []
             for gen in new.generators:

@@ -19,16 +19,13 @@ import torch
 from torch import nn
 
 from ..actions import FieldType
+from ..contracts import Status
 from ..groups import Group, GroupError
-from ._aten import Args, OpCall, Poison, rule_for
+from ._aten import RANDOM_OPS_WITH_RULES, Args, OpCall, Poison, rule_for
 from ._export import Exported, LeafCall
 from ._leaf_rules import leaf_rule
+from ._relations import Relations
 from ._values import Breaks, Constant, Frame, FrameValue, Moving, SampleGenerator, Unverifiable
-
-#: Operators tagged random whose rule reads the argument that switches the randomness on.
-RANDOM_OPS_WITH_RULES = frozenset(
-    {"aten::dropout", "aten::native_dropout", "aten::feature_dropout", "aten::alpha_dropout", "aten::scaled_dot_product_attention"}
-)
 
 #: Operators that only check shapes or values at run time and produce nothing.
 ASSERTION_OPS = frozenset(
@@ -61,7 +58,7 @@ class NodeRecord:
     op, target
         The graph op and a readable callee (ATen operator, or the leaf module's path).
     status
-        A :class:`~groupattn.check.Verdict` value: ``equivariant``, ``invariant``,
+        A :class:`~groupattn.contracts.Status`: ``equivariant``, ``invariant``,
         ``broken`` or ``unverified``; or ``input``, ``constant``, ``canonicalizing`` /
         ``frame`` (a canonicalizer's output and its frame) and ``static`` (Python values).
     description
@@ -80,12 +77,15 @@ class NodeRecord:
     name: str
     op: str
     target: str
-    status: str
+    status: Status
     description: str = ""
     reason: str | None = None
     group: str | None = None
     inherited: bool = False
     module: str = ""
+
+    def __post_init__(self) -> None:
+        self.status = Status(self.status)
 
 
 @dataclass
@@ -309,10 +309,12 @@ def propagate_graph(
     order: list[str] = []
     input_node = ""
     user_inputs = [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    relations = Relations(values, input_value.frame, graph)
     for node in gm.graph.nodes:
         name = node.name
         order.append(name)
         graph.add_node(name)
+        relations.add_node(node)
         for src in node.all_input_nodes:
             graph.add_edge(src.name, name)
         if node.op == "placeholder":
@@ -322,12 +324,12 @@ def propagate_graph(
                 else:
                     values[name] = input_value
                     input_node = name
-                records[name] = NodeRecord(name, "placeholder", "input", "input", input_value.describe())
+                records[name] = NodeRecord(name, "placeholder", "input", Status.INPUT, input_value.describe())
             else:
                 v = values.get(name, Failed("unverified", "unknown graph input", name))
                 values[name] = v
                 kind = "constant" if isinstance(v, Constant) else _status_of(v)
-                records[name] = NodeRecord(name, "placeholder", name, kind, _describe(v))
+                records[name] = NodeRecord(name, "placeholder", name, Status(kind), _describe(v))
             _annotate(graph, records[name])
             continue
         if node.op == "output":
@@ -338,7 +340,7 @@ def propagate_graph(
                 values[name] = Constant(_wide(attr), _wide(attr))
             else:
                 values[name] = Failed("unverified", f"a graph attribute of type {type(attr).__name__} (a higher-order operator's body)", name)
-            records[name] = NodeRecord(name, "get_attr", str(node.target), _status_of(values[name]), _describe(values[name]))
+            records[name] = NodeRecord(name, "get_attr", str(node.target), Status(_status_of(values[name])), _describe(values[name]))
             _annotate(graph, records[name])
             continue
         args = torch.fx.node.map_arg(node.args, lambda n: values[n.name])
@@ -349,9 +351,13 @@ def propagate_graph(
         target = _target_name(node, leaf)
         failures = _failures((args, kwargs))
         if failures:
+            repaired = relations.repair(node) if leaf is None else None
+            if repaired is not None:
+                _record_orbit(graph, records, values, node, target, repaired)
+                continue
             worst = next((f for f in failures if f.status == "broken"), failures[0])
             values[name] = Failed(worst.status, worst.reason, worst.origin)
-            records[name] = NodeRecord(name, node.op, target, worst.status, "", f"from {worst.origin}", None, True)
+            records[name] = NodeRecord(name, node.op, target, Status(worst.status), "", f"from {worst.origin}", None, True)
             _annotate(graph, records[name])
             continue
         try:
@@ -367,6 +373,11 @@ def propagate_graph(
         except Exception as err:  # a defect of a rule must never certify
             msg = f"{target}: the checker failed on it ({type(err).__name__}: {err})"
             value, status, reason = Failed("unverified", msg, name), "unverified", msg
+        if status is not None and leaf is None:
+            repaired = relations.repair(node)
+            if repaired is not None:
+                _record_orbit(graph, records, values, node, target, repaired)
+                continue
         values[name] = value
         if status is None:
             status = _status_of(value)
@@ -376,7 +387,7 @@ def propagate_graph(
         first_moving = value if isinstance(value, Moving) else next((v for v in value if isinstance(v, Moving)), None) if isinstance(value, list | tuple) else None
         if isinstance(first_moving, Moving):
             group = first_moving.frame.group.name
-        records[name] = NodeRecord(name, node.op, target, status, _describe(value), reason, group, False, leaf.path if leaf is not None else _module_path(node))
+        records[name] = NodeRecord(name, node.op, target, Status(status), _describe(value), reason, group, False, leaf.path if leaf is not None else _module_path(node))
         _annotate(graph, records[name])
     output_node = next(n for n in gm.graph.nodes if n.op == "output")
     flat_outputs = list(output_node.args[0])
@@ -397,6 +408,16 @@ def propagate_graph(
     return Propagation(graph, records, order, outputs, input_node, [], side_effects)
 
 
+def _record_orbit(graph: nx.DiGraph, records: dict[str, NodeRecord], values: dict[str, Any], node: Any, target: str, value: Moving) -> None:
+    """A sum, stack or concatenation whose operands the group permutes among themselves."""
+    values[node.name] = value
+    records[node.name] = NodeRecord(
+        node.name, node.op, target, Status(_status_of(value)), _describe(value) + ", its operands permuted by the group (an orbit)",
+        None, value.frame.group.name, False, _module_path(node),
+    )
+    _annotate(graph, records[node.name])
+
+
 def _module_path(node: Any) -> str:
     stack = node.meta.get("nn_module_stack") or {}
     if not stack:
@@ -406,7 +427,7 @@ def _module_path(node: Any) -> str:
 
 
 def _annotate(graph: nx.DiGraph, r: NodeRecord) -> None:
-    graph.nodes[r.name].update(status=str(r.status), op=r.op, target=r.target, description=r.description, reason=r.reason or "")
+    graph.nodes[r.name].update(status=r.status.value, op=r.op, target=r.target, description=r.description, reason=r.reason or "")
 
 
 def _evaluate(node: Any, name: str, args: Any, kwargs: Any, leaf: LeafCall | None, frame_counter: list[int], records: dict[str, NodeRecord]) -> Any:

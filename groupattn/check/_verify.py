@@ -30,11 +30,11 @@ from ..canonical import (
     Canonicalized,
     record_canonicalizations,
 )
-from ..contracts import Kind
+from ..contracts import Status
 from ..groups import FiniteGroup, Group, GroupElement, GroupError, TorusTranslations
 from ..testing import default_tolerance, representative_elements
 from ..testing._equivariance import ENUMERATION_LIMIT, _cheap_order
-from ._certificate import Certificate, Verdict, VerificationReport
+from ._certificate import Certificate, VerificationReport
 
 __all__ = [
     "DetailedVerificationReport",
@@ -629,11 +629,11 @@ def _plan_leaves(
                 declared = model.contract(group, in_type)  # type: ignore[operator]
             except (GroupError, ValueError):
                 declared = None
-            if declared is not None and declared.kind in (Kind.BREAKS, Kind.UNKNOWN):
+            if declared is not None and declared.kind in (Status.BROKEN, Status.UNVERIFIED):
                 declared = None
         if declared is not None and isinstance(declared.output_type, FieldType):
             main_plan.field_type, main_plan.output_group = declared.output_type, declared.output_group
-            main_plan.up_to_frame, main_plan.source = declared.kind == Kind.CANONICALIZING, "contract"
+            main_plan.up_to_frame, main_plan.source = declared.kind == Status.CANONICALIZING, "contract"
         elif certificate is not None and not entries and certificate.output_type is not None:
             main_plan.field_type, main_plan.output_group = certificate.output_type, certificate.output_group
             main_plan.up_to_frame, main_plan.source = certificate.output_frame is not None, "certificate"
@@ -845,7 +845,7 @@ def attach_verification(
                 f"{leaf.clean_errors[g]:.3e} > {report.tolerance:.1e} at {g!r} on {leaf.label} "
                 f"(moved as {leaf.description})"
             )
-            cert.verdict = Verdict.UNVERIFIED
+            cert.verdict = Status.UNVERIFIED
             cert.reason = cert.reason or (
                 f"the numerical check refutes the certificate ({was}) on {leaf.label}"
             )
@@ -856,7 +856,7 @@ def attach_verification(
             )
         elif not report.conclusive:
             cert.notes.append("the numerical check is inconclusive: every sample has a canonicalizer tie or non-finite values")
-    elif cert.verdict == Verdict.BROKEN and report.equivariant and report.conclusive:
+    elif cert.verdict == Status.BROKEN and report.equivariant and report.conclusive:
         cert.notes.append(
             f"the checker reports a break at {cert.first_break.node if cert.first_break else '?'}, but this input "
             f"shows no error above {report.tolerance:.1e} (the checker is conservative, or the input is too symmetric)"

@@ -5,23 +5,33 @@ output field types: it checks every input against ``in_type`` and derives a defa
 contract from the types.
 """
 
+import warnings
+from typing import Any
+
 from ._contract import (
     Contract,
     ContractError,
     DeclaresContract,
-    Kind,
+    Status,
     contract_of,
     register_contract,
     registered_contract,
 )
 from ._module import EquivariantModule
 
+
+def __getattr__(name: str) -> Any:
+    if name == "Kind":
+        warnings.warn("groupattn.contracts.Kind is deprecated: use groupattn.contracts.Status", DeprecationWarning, stacklevel=2)
+        return Status
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 __all__ = [
     "Contract",
     "ContractError",
     "DeclaresContract",
     "EquivariantModule",
-    "Kind",
+    "Status",
     "contract_of",
     "register_contract",
     "registered_contract",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -14,7 +15,7 @@ __all__ = [
     "Contract",
     "ContractError",
     "DeclaresContract",
-    "Kind",
+    "Status",
     "contract_of",
     "register_contract",
     "registered_contract",
@@ -25,24 +26,55 @@ class ContractError(ValueError):
     """Raised when a module's contract cannot be stated for the given group or input."""
 
 
-class Kind(str, Enum):
-    """The kind of promise a module makes.
+class Status(str, Enum):
+    """One vocabulary for what a module promises, what the checker concludes about a
+    network, and what it concludes about each value of the network's graph.
+
+    Promises and verdicts:
 
     - ``EQUIVARIANT``: ``f(g·x) = g·f(x)`` with the declared input and output types.
     - ``INVARIANT``: ``f(g·x) = f(x)``.
     - ``CANONICALIZING``: ``f(g·x) = g'·f(x)`` for a data-dependent ``g'`` (the
       *frame*); the output is in a new frame.
     - ``FRAME_RESTORING``: undoes a canonicalization, returning to the input's frame.
-    - ``BREAKS``: not equivariant; ``reason`` says why.
-    - ``UNKNOWN``: nothing is promised.
+    - ``BROKEN``: not equivariant; the reason says why.
+    - ``UNVERIFIED``: nothing is promised, or the checker cannot tell.
+
+    Only on the values of a checked graph (:class:`groupattn.check.NodeRecord`):
+    ``INPUT`` (the network's input), ``CONSTANT`` (does not depend on the input),
+    ``FRAME`` (a canonicalizer's frame) and ``STATIC`` (a Python value).
+
+    ``Status.BREAKS`` and ``Status.UNKNOWN`` are the names of earlier releases for
+    ``BROKEN`` and ``UNVERIFIED`` (the same members); ``Status("breaks")`` and
+    ``Status("unknown")`` still work, with a :class:`DeprecationWarning`. ``Status`` and
+    ``groupattn.check.Verdict`` are deprecated names of this class.
     """
 
     EQUIVARIANT = "equivariant"
     INVARIANT = "invariant"
     CANONICALIZING = "canonicalizing"
     FRAME_RESTORING = "frame-restoring"
-    BREAKS = "breaks"
-    UNKNOWN = "unknown"
+    BROKEN = "broken"
+    UNVERIFIED = "unverified"
+    INPUT = "input"
+    CONSTANT = "constant"
+    FRAME = "frame"
+    STATIC = "static"
+    BREAKS = "broken"  # the contract word of earlier releases (an alias of BROKEN)
+    UNKNOWN = "unverified"  # the contract word of earlier releases (an alias of UNVERIFIED)
+
+    @classmethod
+    def _missing_(cls, value: object) -> Status | None:
+        old = {"breaks": "broken", "unknown": "unverified"}.get(str(value))
+        if old is None:
+            return None
+        warnings.warn(f"Status({value!r}) is deprecated: use Status({old!r})", DeprecationWarning, stacklevel=2)
+        return cls(old)
+
+    @property
+    def certified(self) -> bool:
+        """Whether this is a certificate (``EQUIVARIANT`` or ``INVARIANT``)."""
+        return self in (Status.EQUIVARIANT, Status.INVARIANT)
 
 
 @dataclass(frozen=True)
@@ -52,7 +84,7 @@ class Contract:
     Attributes
     ----------
     kind
-        See :class:`Kind`.
+        See :class:`Status`.
     input_type
         The field type the module expects (a tuple for several inputs).
     output_type
@@ -68,7 +100,7 @@ class Contract:
         ``None`` means the same group acts on input and output.
     """
 
-    kind: Kind
+    kind: Status
     input_type: FieldType | tuple[FieldType, ...] | None = None
     output_type: FieldType | None = None
     reason: str | None = None
@@ -77,39 +109,39 @@ class Contract:
     @classmethod
     def equivariant(cls, input_type: Any, output_type: FieldType, output_group: Group | None = None) -> Contract:
         """``f(g·x) = g·f(x)``."""
-        return cls(Kind.EQUIVARIANT, input_type, output_type, None, output_group)
+        return cls(Status.EQUIVARIANT, input_type, output_type, None, output_group)
 
     @classmethod
     def invariant(cls, input_type: Any, output_type: FieldType | None = None) -> Contract:
         """``f(g·x) = f(x)``; the output type defaults to :class:`~groupattn.actions.InvariantField`."""
         from ..actions import InvariantField
 
-        return cls(Kind.INVARIANT, input_type, output_type or InvariantField())
+        return cls(Status.INVARIANT, input_type, output_type or InvariantField())
 
     @classmethod
     def canonicalizing(cls, input_type: Any, output_type: FieldType, output_group: Group | None = None) -> Contract:
         """Output moves with the input up to a data-dependent group element (a new frame)."""
-        return cls(Kind.CANONICALIZING, input_type, output_type, None, output_group)
+        return cls(Status.CANONICALIZING, input_type, output_type, None, output_group)
 
     @classmethod
     def frame_restoring(cls, input_type: Any, output_type: FieldType, output_group: Group | None = None) -> Contract:
         """Undoes a canonicalization (its second input is the frame)."""
-        return cls(Kind.FRAME_RESTORING, input_type, output_type, None, output_group)
+        return cls(Status.FRAME_RESTORING, input_type, output_type, None, output_group)
 
     @classmethod
     def breaks(cls, reason: str, input_type: Any = None, output_type: FieldType | None = None) -> Contract:
         """Not equivariant, with the reason in plain words."""
-        return cls(Kind.BREAKS, input_type, output_type, reason)
+        return cls(Status.BROKEN, input_type, output_type, reason)
 
     @classmethod
     def unknown(cls, reason: str, input_type: Any = None) -> Contract:
         """Nothing is promised."""
-        return cls(Kind.UNKNOWN, input_type, None, reason)
+        return cls(Status.UNVERIFIED, input_type, None, reason)
 
     @property
     def preserves_symmetry(self) -> bool:
         """Whether the module keeps equivariance (equivariant, invariant, or a frame change)."""
-        return self.kind in (Kind.EQUIVARIANT, Kind.INVARIANT, Kind.CANONICALIZING, Kind.FRAME_RESTORING)
+        return self.kind in (Status.EQUIVARIANT, Status.INVARIANT, Status.CANONICALIZING, Status.FRAME_RESTORING)
 
     def describe(self) -> str:
         """One line: kind, types and reason."""
@@ -183,3 +215,4 @@ def contract_of(module: Any, group: Group, input_type: Any = None) -> Contract:
         return fn(module, group, input_type)
     name = getattr(module, "__name__", type(module).__name__)
     return Contract.unknown(f"{name} declares no contract and none is registered", input_type)
+

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from ..attention import resolve_point_group
-from ..contracts import Contract, Kind
+from ..contracts import Contract, Status
 from ..groups import Group, GroupError, PointGroup
 from ..nn import (
     AbsolutePositionEmbedding,
@@ -103,7 +103,7 @@ class GroupViT(nn.Module):
             ("pool", self.pool),
         ]
         contract = chain_contract(parts, group, input_type)
-        if contract.kind == Kind.BREAKS and not self.equivariant:
+        if contract.kind == Status.BROKEN and not self.equivariant:
             return Contract.breaks(
                 f"plain ViT baseline: absolute positional encoding is not rotation-invariant ({contract.reason})",
                 contract.input_type,

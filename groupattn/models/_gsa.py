@@ -9,7 +9,7 @@ from torch import nn
 
 from ..actions import GridField, InvariantField, LiftedField
 from ..attention import LiftingSelfAttention, resolve_point_group
-from ..contracts import Contract, Kind
+from ..contracts import Contract, Status
 from ..groups import CyclicGroup, Group, GroupError, PointGroup
 from ..nn import (
     GroupBlock,
@@ -187,9 +187,9 @@ class GSANet(nn.Module):
         contract = chain_contract(parts, group, input_type)
         # the skip runs beside the lifting attention: the sum is equivariant only if both branches are
         skip = chain_contract([("stem", self.stem), ("skip", self.skip)], group, input_type)
-        if skip.kind != Kind.EQUIVARIANT and contract.kind != Kind.BREAKS:
-            contract = skip if skip.kind == Kind.BREAKS else Contract.unknown(skip.reason or "skip", GridField())
-        if contract.kind == Kind.BREAKS and not self.equivariant:
+        if skip.kind != Status.EQUIVARIANT and contract.kind != Status.BROKEN:
+            contract = skip if skip.kind == Status.BROKEN else Contract.unknown(skip.reason or "skip", GridField())
+        if contract.kind == Status.BROKEN and not self.equivariant:
             return Contract.breaks(
                 f"z2 baseline: positional encoding is not rotation-invariant ({contract.reason})",
                 GridField(),

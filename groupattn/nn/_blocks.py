@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..actions import FieldType, TrivialRepresentation
-from ..contracts import Contract, Kind, contract_of
+from ..contracts import Contract, Status, contract_of
 from ..groups import Group
 from ._mlp import MLP
 
@@ -49,7 +49,7 @@ def chain_contract(
     input_type
         The chain's input type (the first part's declared type by default).
     """
-    current, kind = group, Kind.EQUIVARIANT
+    current, kind = group, Status.EQUIVARIANT
     first_type, out_type = input_type, input_type
     for name, module in _flatten(parts):
         if isinstance(module, _POINTWISE) and not hasattr(module, "contract"):
@@ -59,14 +59,14 @@ def chain_contract(
         contract = contract_of(module, current)
         if first_type is None:
             first_type = contract.input_type  # type: ignore[assignment]
-        if contract.kind == Kind.BREAKS:
+        if contract.kind == Status.BROKEN:
             return Contract.breaks(f"{name}: {contract.reason}", first_type, contract.output_type)
-        if contract.kind in (Kind.UNKNOWN, Kind.FRAME_RESTORING):
+        if contract.kind in (Status.UNVERIFIED, Status.FRAME_RESTORING):
             return Contract.unknown(f"{name}: {contract.reason or contract.kind.value}", first_type)
-        if contract.kind == Kind.INVARIANT:
+        if contract.kind == Status.INVARIANT:
             return Contract.invariant(first_type, contract.output_type)
-        if contract.kind == Kind.CANONICALIZING:
-            kind = Kind.CANONICALIZING
+        if contract.kind == Status.CANONICALIZING:
+            kind = Status.CANONICALIZING
         out_type = contract.output_type or out_type
         current = contract.output_group or current
     output_group = None if current == group else current
@@ -130,10 +130,10 @@ class TransformerBlock(nn.Module):
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """The attention layer's contract, through the residual connections (see the class docstring)."""
         attention = chain_contract([("attention", self.attention)], group, input_type)
-        if attention.kind in (Kind.BREAKS, Kind.UNKNOWN):
+        if attention.kind in (Status.BROKEN, Status.UNVERIFIED):
             return attention
         in_type, out_type = attention.input_type, attention.output_type
-        if attention.kind == Kind.INVARIANT or (in_type is not None and out_type != in_type):
+        if attention.kind == Status.INVARIANT or (in_type is not None and out_type != in_type):
             return Contract.unknown(
                 f"attention: its output type {_describe(out_type)} differs from its input type "
                 f"{_describe(in_type)}, so the residual connection adds different types",

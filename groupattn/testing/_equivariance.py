@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..actions import FieldType
-from ..contracts import Contract, Kind, contract_of
+from ..contracts import Contract, Status, contract_of
 from ..groups import FiniteGroup, Group, GroupElement, GroupError
 
 __all__ = [
@@ -204,7 +204,7 @@ def _resolve_types(
     contract: Contract | None = None
     if input_type is None or output_type is None:
         contract = contract_of(fn, group, input_type)
-        if contract.kind in (Kind.BREAKS, Kind.UNKNOWN) and (
+        if contract.kind in (Status.BROKEN, Status.UNVERIFIED) and (
             contract.input_type is None or contract.output_type is None
         ):
             raise GroupError(
@@ -264,7 +264,7 @@ def equivariance_error(
     """
     in_t, out_t, contract = _resolve_types(fn, group, input_type, output_type)
     if up_to_frame is None:
-        up_to_frame = contract is not None and contract.kind == Kind.CANONICALIZING
+        up_to_frame = contract is not None and contract.kind == Status.CANONICALIZING
     if elements is None:
         if group.is_finite and _cheap_order(group) is not None:
             elems = group.elements()  # type: ignore[attr-defined]

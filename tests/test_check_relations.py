@@ -1,0 +1,159 @@
+"""Orbits of tensors: networks whose intermediates the group permutes among themselves.
+
+``Σ_k rot⁻ᵏ f(rotᵏ x)`` with a plain convolution ``f`` is C4-equivariant although no
+term is; the checker certifies it from *relations* between the terms
+(:mod:`groupattn.check._relations`). These tests check both directions against a float64
+oracle over every element of the group: the genuine orbits certify, and every near miss
+(a missing term, another weight, a scaled term, a position table, one slot picked out of
+the stack, the wrong inverse) is refused — and the oracle confirms that it is broken.
+A hypothesis test draws such networks and requires: certified ⇒ equivariant.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from checker_zoo import ZooCase, oracle_error
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from groupattn.check import certify
+
+T8 = (2, 3, 8, 8)
+
+
+class Orbit(nn.Module):
+    """``combine_k rot^{±k} f_k(rot^k x)`` with the variations the tests draw.
+
+    Parameters
+    ----------
+    turns
+        The ``k`` of the terms.
+    inverse
+        Undo the turn after ``f`` (``rot^{-k}``); otherwise turn again (``rot^{k}``).
+    shared
+        One convolution for every term; otherwise one per term.
+    combine
+        ``"add"`` (a Python sum), ``"stack-mean"``, ``"stack-amax"``, ``"cat-sum"``
+        (concatenate along channels, then sum the pieces), ``"stack-first"`` (the first
+        slot only: not an orbit).
+    circular
+        Circular padding in ``f`` (translation-equivariant terms).
+    extra
+        ``"none"``, ``"scale"`` (twice the second term), ``"table"`` (plus a position
+        table), ``"padding"`` (the last term's convolution pads circularly).
+    """
+
+    def __init__(self, turns: tuple[int, ...] = (0, 1, 2, 3), inverse: bool = True, shared: bool = True,
+                 combine: str = "add", circular: bool = False, extra: str = "none") -> None:
+        super().__init__()
+        mode = "circular" if circular else "zeros"
+        self.f = nn.Conv2d(3, 3, 3, padding=1, padding_mode=mode)
+        self.others = nn.ModuleList(nn.Conv2d(3, 3, 3, padding=1, padding_mode=mode) for _ in turns)
+        self.turns, self.inverse, self.shared, self.combine, self.extra = turns, inverse, shared, combine, extra
+        self.table = nn.Parameter(torch.randn(8, 8))
+
+    def conv(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        if self.extra == "padding" and i == len(self.turns) - 1:
+            return F.conv2d(F.pad(x, (1, 1, 1, 1), mode="circular"), self.f.weight, self.f.bias)
+        return self.f(x) if self.shared else self.others[i](x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        terms = []
+        for i, k in enumerate(self.turns):
+            y = self.conv(i, torch.rot90(x, k, (2, 3)))
+            terms.append(torch.rot90(y, -k if self.inverse else k, (2, 3)))
+        if self.extra == "scale":
+            terms[1] = 2 * terms[1]
+        if self.combine == "add":
+            out = sum(terms)
+        elif self.combine == "stack-mean":
+            out = torch.stack(terms).mean(0)
+        elif self.combine == "stack-amax":
+            out = torch.stack(terms, 1).amax(1)
+        elif self.combine == "cat-sum":
+            out = torch.cat(terms, 1).unflatten(1, (len(terms), 3)).sum(1)
+        else:
+            out = torch.stack(terms)[0]
+        if self.extra == "table":
+            out = out + self.table
+        return out  # type: ignore[return-value]
+
+
+def paired_softmax_one_sided(x: torch.Tensor) -> torch.Tensor:
+    return x.softmax(-1) + x.transpose(-1, -2).softmax(-1)  # the second term is not turned back
+
+
+def paired_softmax_stack(x: torch.Tensor) -> torch.Tensor:
+    return torch.stack([x.softmax(-1), x.mT.softmax(-1).mT], 0).amax(0)
+
+
+class Wrap(nn.Module):
+    def __init__(self, fn) -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(x)
+
+
+def case(name: str, build, group: str, expected: str) -> ZooCase:  # type: ignore[no-untyped-def]
+    return ZooCase(name, "orbit", build, T8, group, expected)
+
+
+GENUINE = [
+    case("orbit-add-c4", lambda: Orbit(), "c4", "certified"),
+    case("orbit-stack-mean-c4", lambda: Orbit(combine="stack-mean"), "c4", "certified"),
+    case("orbit-stack-amax-c4", lambda: Orbit(combine="stack-amax"), "c4", "certified"),
+    case("orbit-cat-sum-c4", lambda: Orbit(combine="cat-sum"), "c4", "certified"),
+    case("orbit-circular-p4", lambda: Orbit(circular=True), "p4", "certified"),
+    case("orbit-reordered-turns-c4", lambda: Orbit(turns=(2, 0, 3, 1)), "c4", "certified"),
+    case("paired-softmax-stack-d4", lambda: Wrap(paired_softmax_stack), "d4", "certified"),
+]
+
+BROKEN = [
+    case("orbit-three-terms-c4", lambda: Orbit(turns=(0, 1, 2)), "c4", "not-certified"),
+    case("orbit-no-inverse-c4", lambda: Orbit(inverse=False), "c4", "not-certified"),
+    case("orbit-own-weights-c4", lambda: Orbit(shared=False), "c4", "not-certified"),
+    case("orbit-scaled-term-c4", lambda: Orbit(extra="scale"), "c4", "not-certified"),
+    case("orbit-position-table-c4", lambda: Orbit(extra="table"), "c4", "not-certified"),
+    case("orbit-other-padding-c4", lambda: Orbit(extra="padding"), "c4", "not-certified"),
+    case("orbit-first-slot-c4", lambda: Orbit(combine="stack-first"), "c4", "not-certified"),
+    case("orbit-zero-padding-p4", lambda: Orbit(), "p4", "not-certified"),
+    case("orbit-repeated-turn-c4", lambda: Orbit(turns=(0, 1, 1, 3)), "c4", "not-certified"),
+    case("paired-softmax-one-sided-c4", lambda: Wrap(paired_softmax_one_sided), "c4", "not-certified"),
+]
+
+
+def _certified(c: ZooCase) -> bool:
+    return bool(certify(c.make(), c.example_input(), c.group()).certified)
+
+
+@pytest.mark.parametrize("c", GENUINE, ids=lambda c: c.name)
+def test_genuine_orbit_certifies(c: ZooCase) -> None:
+    assert oracle_error(c) <= 1e-9, f"{c.name}: the test network itself is not equivariant"
+    assert _certified(c), f"{c.name}: an equivariant orbit is not certified"
+
+
+@pytest.mark.parametrize("c", BROKEN, ids=lambda c: c.name)
+def test_near_miss_is_refused(c: ZooCase) -> None:
+    assert oracle_error(c) > 1e-6, f"{c.name}: the near miss is equivariant after all"
+    assert not _certified(c), f"FALSE CERTIFICATE: {c.name}"
+
+
+@settings(max_examples=40)
+@given(
+    turns=st.lists(st.integers(0, 3), min_size=2, max_size=5).map(tuple),
+    inverse=st.booleans(),
+    shared=st.booleans(),
+    combine=st.sampled_from(["add", "stack-mean", "stack-amax", "cat-sum", "stack-first"]),
+    circular=st.booleans(),
+    extra=st.sampled_from(["none", "scale", "table", "padding"]),
+    group=st.sampled_from(["c4", "d4", "p4"]),
+)
+def test_certified_orbits_are_equivariant(turns, inverse, shared, combine, circular, extra, group) -> None:  # type: ignore[no-untyped-def]
+    c = case("drawn", lambda: Orbit(turns, inverse, shared, combine, circular, extra), group, "unknown")
+    if _certified(c):
+        assert oracle_error(c) <= 1e-9, f"FALSE CERTIFICATE: {turns=} {inverse=} {shared=} {combine=} {circular=} {extra=} {group=}"
