@@ -57,6 +57,16 @@ def best_of(fn, repeats: int = 5) -> float:  # type: ignore[no-untyped-def]
     return min(times)
 
 
+def cpu_of(fn, repeats: int = 5) -> float:  # type: ignore[no-untyped-def]
+    """Best process CPU time (less sensitive to other jobs on a shared machine than wall time)."""
+    times = []
+    for _ in range(repeats):
+        start = time.process_time()
+        fn()
+        times.append(time.process_time() - start)
+    return min(times)
+
+
 def main() -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -71,9 +81,12 @@ def main() -> None:
     print(f"model: vit depth=12, input {tuple(x.shape)}, group {spec.group}: verdict {cert.verdict.value}, "
           f"{len(cert.records)} nodes")
     print(f"forward pass:              {forward * 1e3:8.2f} ms")
+    certify_cpu = cpu_of(lambda: certify(model, x, spec.group))
     print(f"certify:                   {certify_time * 1e3:8.2f} ms  ({certify_time / forward:.1f}x a forward pass)")
+    print(f"certify, CPU time:         {certify_cpu * 1e3:8.2f} ms")
     print(f"certify(..., verify=True): {verify_time * 1e3:8.2f} ms  ({verify_time / forward:.1f}x a forward pass)")
-    print("target: certify <= 2 s:", "met" if certify_time <= 2.0 else "NOT met")
+    print("target: certify <= 2 s:", "met" if certify_time <= 2.0 else "NOT met", "(wall);",
+          "met" if certify_cpu <= 2.0 else "NOT met", "(CPU)")
     flat = TorchViT().eval()
     xf = torch.randn(2, 1, 8, 8)
     cert = certify(flat, xf, "translations")
