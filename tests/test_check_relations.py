@@ -157,3 +157,106 @@ def test_certified_orbits_are_equivariant(turns, inverse, shared, combine, circu
     c = case("drawn", lambda: Orbit(turns, inverse, shared, combine, circular, extra), group, "unknown")
     if _certified(c):
         assert oracle_error(c) <= 1e-9, f"FALSE CERTIFICATE: {turns=} {inverse=} {shared=} {combine=} {circular=} {extra=} {group=}"
+
+
+# ----------------------------------------------------------------------------- attacks (fresh-context attacker, this release)
+
+
+def _rot(t: torch.Tensor, k: int = 1) -> torch.Tensor:
+    return torch.rot90(t, k, (-2, -1))
+
+
+class GatedOrbit(nn.Module):
+    """A C4 orbit whose per-term kernels differ only when ``p == 0`` — true at the
+    current weights, false on random draws of ``p``: broken as the model stands."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4, 3, 3, 3))
+        self.p = nn.Parameter(torch.zeros(()))
+        self.register_buffer("direction", torch.randn(4, 3, 3, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate = (self.p == 0).to(x.dtype)
+        return sum(  # type: ignore[return-value]
+            _rot(F.conv2d(F.pad(_rot(x, k), (1, 1, 1, 1), mode="circular"), self.weight + gate * k * self.direction), -k)
+            for k in range(4)
+        )
+
+
+class GatedTable(nn.Module):
+    """A position table switched on exactly at ``p == 0`` (the initial value)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.p = nn.Parameter(torch.zeros(()))
+        self.register_buffer("table", torch.randn(8, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + (self.p == 0).to(x.dtype) * self.table
+
+
+class BigOffset(nn.Module):
+    """A float64 table ``1e12 + noise``: equal to about 30 bits, not equal."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", 1e12 + torch.randn(8, 8, dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.double() + self.table - 1e12
+
+
+class TinyScale(nn.Module):
+    """``x · P`` for a generic table ``P``, written so that the table is ``1 + 1e-11 P``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(8, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * (1 + 1e-11 * self.table) - x) * 1e11
+
+
+def softmax_pair_plus_table(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    return x.softmax(-1) + x.mT.softmax(-1).mT + table
+
+
+class PairPlusTable(nn.Module):
+    def __init__(self, symmetric: bool) -> None:
+        super().__init__()
+        t = torch.randn(8, 8)
+        self.register_buffer("table", torch.ones(8, 8) if symmetric else t)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return softmax_pair_plus_table(x, self.table)
+
+
+ATTACKS = [
+    case("attack-gated-orbit-c4", GatedOrbit, "c4", "not-certified"),
+    case("attack-gated-table-translations", GatedTable, "translations", "not-certified"),
+    case("attack-big-offset-c4", BigOffset, "c4", "not-certified"),
+    case("attack-tiny-scale-c4", TinyScale, "c4", "not-certified"),
+    case("attack-pair-plus-table-c4", lambda: PairPlusTable(False), "c4", "not-certified"),
+]
+
+
+@pytest.mark.parametrize("c", ATTACKS, ids=lambda c: c.name)
+def test_attack_is_refused(c: ZooCase) -> None:
+    """Each fooled an earlier build (constants equal on two draws but not at the current
+    weights; equality to 30 bits amplified back); the oracle confirms they are broken."""
+    model = c.make()
+    assert not bool(certify(model, c.example_input(), c.group()).certified), f"FALSE CERTIFICATE: {c.name}"
+    with torch.no_grad():
+        x = c.example_input(torch.float64)
+        m = model.double()
+        g = _rot if c.group_name == "c4" else (lambda t: torch.roll(t, 1, -1))
+        err = (m(g(x)) - g(m(x))).abs().max() / g(m(x)).abs().max()
+    assert err > 1e-6, f"{c.name}: the attack network is equivariant after all"
+
+
+def test_constant_terms_in_an_orbit_sum() -> None:
+    """A constant that the group leaves alone may sit among the terms of an orbit sum."""
+    c = case("pair-plus-ones-c4", lambda: PairPlusTable(True), "c4", "certified")
+    assert oracle_error(c) <= 1e-9
+    assert _certified(c)

@@ -109,7 +109,6 @@ KNOWN_INCOMPLETE: dict[str, str] = {
     # or the orbit is nested (a D4 sum of two C4 sums): the relations of _relations.py
     # need the same operation with the same constant arguments
     "pa-ok-paired-maxpool-c4": "paired per-axis operations",
-    "pa-ok-paired-cumsum-d4": "paired per-axis operations",
     "pa-ok-gram-trace-d4": "the trace of x xᵀ: an intermediate without a map",
     "gen-d4-orbit-sum-d4": "orbit averaging over D4",
     # deliberately refused

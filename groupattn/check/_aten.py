@@ -21,7 +21,7 @@ from ._maps import coordinates, flat_index, value_classes
 from ._semantics import contract, movement, normalize, pointwise, reduce
 from ._values import Breaks, Constant, FrameValue, Moving, Unverifiable
 
-__all__ = ["RANDOM_OPS_WITH_RULES", "RULES", "OpCall", "Poison", "rule_for"]
+__all__ = ["MOVEMENT_OPS", "RANDOM_OPS_WITH_RULES", "RULES", "OpCall", "Poison", "rule_for"]
 
 IGNORED_ARGS = frozenset({"memory_format", "layout", "device", "pin_memory", "non_blocking"})
 
@@ -306,6 +306,9 @@ _MOVEMENT = (
     "aten::index_fill", "aten::masked_fill_", "aten::diag_embed",
 )
 
+
+#: Operators that only copy entries (and fill constants).
+MOVEMENT_OPS = frozenset(_MOVEMENT)
 
 #: Arguments that only give a shape.
 _SHAPE_ONLY = frozenset({("aten::view_as", "other"), ("aten::reshape_as", "other"), ("aten::expand_as", "other")})
@@ -793,7 +796,8 @@ def _sdpa_rows(call: OpCall, q: Any, k: Any, v: Any, mask: Any, causal: bool) ->
             second = mask.second.expand(full).reshape(-1)
         except RuntimeError:
             return None
-        classes = value_classes(first, second)
+        third = mask.third.expand(full).reshape(-1) if mask.third is not None else None
+        classes = value_classes(first, second, third, exact=mask.exact)
     for a, b, c in zip(rq, rk, rv):
         if not torch.equal(b, c):
             return None

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-__all__ = ["coordinates", "dense_ids", "depends_only_on", "flat_index", "lookup_rows", "value_classes"]
+__all__ = ["constant_classes", "coordinates", "dense_ids", "depends_only_on", "flat_index", "lookup_rows", "value_classes"]
 
 
 def dense_ids(columns: torch.Tensor) -> torch.Tensor:
@@ -47,24 +49,30 @@ def _tolerant_ids(values: torch.Tensor) -> torch.Tensor:
     return torch.unique(key, return_inverse=True)[1]
 
 
-def value_classes(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+def constant_classes(c: Any) -> torch.Tensor:
+    """Value classes of a :class:`~._values.Constant`: equal in every evaluation (both
+    random draws and the current parameters), exactly when the constant is exact."""
+    return value_classes(c.first, c.second, c.third, exact=c.exact)
+
+
+def value_classes(first: torch.Tensor, second: torch.Tensor, third: torch.Tensor | None = None, exact: bool = False) -> torch.Tensor:
     """Long ids, one per entry, equal when both draws agree on the two entries.
 
     Floating-point values agree when they are within :data:`VALUE_TOLERANCE` of each
     other (relative); NaN entries compare equal to each other, and so do infinities
     of one sign.
     """
-    a = first.detach().reshape(-1)
-    b = second.detach().reshape(-1)
-    if a.is_complex() or b.is_complex():  # pragma: no cover - complex constants are rare
-        cols = [a.real, a.imag, b.real, b.imag]
-    else:
-        cols = [a, b]
+    values = [first.detach().reshape(-1), second.detach().reshape(-1)]
+    if third is not None:
+        values.append(third.detach().reshape(-1).to(values[0].dtype) if third.shape == first.shape else third.detach().expand(first.shape).reshape(-1))
+    cols = []
+    for v in values:
+        cols.extend([v.real, v.imag] if v.is_complex() else [v])
     ids = []
     for c in cols:
         c = c.to(torch.float64)
         c = torch.where(torch.isnan(c), torch.full_like(c, 1.2345678e300), c) + 0.0
-        ids.append(_tolerant_ids(c) if c.is_floating_point() else torch.unique(c, return_inverse=True)[1])
+        ids.append(torch.unique(c, return_inverse=True)[1] if exact else _tolerant_ids(c))
     return dense_ids(torch.stack(ids, dim=1))
 
 

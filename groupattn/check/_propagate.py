@@ -21,7 +21,7 @@ from torch import nn
 from ..actions import FieldType
 from ..contracts import Status
 from ..groups import Group, GroupError
-from ._aten import RANDOM_OPS_WITH_RULES, Args, OpCall, Poison, rule_for
+from ._aten import MOVEMENT_OPS, RANDOM_OPS_WITH_RULES, Args, OpCall, Poison, rule_for
 from ._export import Exported, LeafCall
 from ._leaf_rules import leaf_rule
 from ._relations import Relations
@@ -152,7 +152,8 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
 
 
 def _free(t: torch.Tensor, seed: int) -> Constant:
-    return Constant(_draw(t, seed), _draw(t, seed + 1))
+    """Two random draws, and the current value (see :class:`._values.Constant`)."""
+    return Constant(_draw(t, seed), _draw(t, seed + 1), _wide(t))
 
 
 def _graph_input_values(exported: Exported, model: nn.Module) -> dict[str, Any]:
@@ -246,7 +247,7 @@ def _failures(values: Any) -> list[Failed]:
 
 def _to_plain(value: Any, draw: int) -> Any:
     if isinstance(value, Constant):
-        return value.first if draw == 0 else value.second
+        return (value.first, value.second, value.current)[draw]
     if isinstance(value, list):
         return [_to_plain(v, draw) for v in value]
     if isinstance(value, tuple):
@@ -454,17 +455,26 @@ def _evaluate(node: Any, name: str, args: Any, kwargs: Any, leaf: LeafCall | Non
     if poison is not None:
         raise Unverifiable(f"{name} ({target.name()}): uses {poison.reason}, which the checker does not track")
     if not _has_input_value((args, kwargs)):
+        constants = [v for v in _flat((args, kwargs)) if isinstance(v, Constant)]
+        draws = 3 if any(c.third is not None for c in constants) else 2
+        results = []
         with torch.no_grad():
-            try:
-                first = target(*_to_plain(args, 0), **{k: _to_plain(v, 0) for k, v in kwargs.items()})
-                second = target(*_to_plain(args, 1), **{k: _to_plain(v, 1) for k, v in kwargs.items()})
-            except RuntimeError:
-                # constants are carried in float64; a float32 tensor made in forward may not mix
-                first = target(*_wide_all(_to_plain(args, 0)), **{k: _wide_all(_to_plain(v, 0)) for k, v in kwargs.items()})
-                second = target(*_wide_all(_to_plain(args, 1)), **{k: _wide_all(_to_plain(v, 1)) for k, v in kwargs.items()})
+            for draw in range(draws):
+                try:
+                    results.append(target(*_to_plain(args, draw), **{k: _to_plain(v, draw) for k, v in kwargs.items()}))
+                except RuntimeError:
+                    # constants are carried in float64; a float32 tensor made in forward may not mix
+                    results.append(target(*_wide_all(_to_plain(args, draw)), **{k: _wide_all(_to_plain(v, draw)) for k, v in kwargs.items()}))
+        first, second = results[0], results[1]
+        third = results[2] if draws == 3 else None
+        # elementwise operations and copies give equal outputs for equal inputs, bit for bit
+        exact = all(c.exact for c in constants) and (
+            torch.Tag.pointwise in tags or target._schema.name in MOVEMENT_OPS
+        )
         if isinstance(first, list | tuple):
-            return type(first)(Constant(a, b) for a, b in zip(first, second))
-        return Constant(first, second)
+            thirds = third if third is not None else [None] * len(first)
+            return type(first)(Constant(a, b, c, exact) for a, b, c in zip(first, second, thirds))
+        return Constant(first, second, third, exact)
     for v in _flat((args, kwargs)):
         if isinstance(v, FrameValue):
             raise Unverifiable(f"{name} ({target.name()}): uses a canonicalizer's frame as data")

@@ -46,7 +46,7 @@ from typing import Any
 import torch
 
 from ._aten import RANDOM_OPS_WITH_RULES, Args, OpCall, rule_for
-from ._maps import value_classes
+from ._maps import constant_classes
 from ._values import Constant, Frame, Moving
 
 __all__ = ["Relations"]
@@ -97,9 +97,9 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 def _digest(value: Any) -> Any:
-    """An exact key for a constant (both parameter draws)."""
+    """An exact key for a constant (both parameter draws and the current parameters)."""
     parts: list[Any] = []
-    for v in (value.first, value.second):
+    for v in (value.first, value.second, value.current):
         if isinstance(v, torch.Tensor):
             t = v.detach().contiguous().cpu()
             h = hashlib.sha1(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
@@ -165,6 +165,7 @@ class Relations:
         self.digests: dict[str, Any] = {}
         self.single = [Frame("", frame.group, [g]) for g in frame.generators]
         self.known = 0
+        self.sums: list[str] = []
 
     # ------------------------------------------------------------------------- public
 
@@ -185,11 +186,8 @@ class Relations:
             if name == _ADD:
                 if any(_is_same_sum(u, node) for u in node.users):
                     return None  # a partial sum: the whole sum is matched at its last node
-                terms, fixed = self._sum_terms(node)
-                if terms is None or not terms:
-                    return None
                 self._prepare([node.name])
-                return self._close_sum(node, terms, fixed)
+                return self._close_sum(node)
             pieces = node.args[0] if node.args else node.kwargs.get("tensors")
             if not isinstance(pieces, list | tuple) or not pieces or len(pieces) > MAX_TERMS:
                 return None
@@ -221,6 +219,8 @@ class Relations:
                 self._set_family(self.nodes[n])
         for n in order:  # then every operation's key: a congruent partner may come later
             self._template(self.nodes[n])
+            if _is_same_sum(self.nodes[n], self.nodes[n]) and n not in self.sums:
+                self.sums.append(n)
         for n in order:
             self._relate(self.nodes[n])
 
@@ -248,6 +248,7 @@ class Relations:
                 for w, T in self.relations.get(root, [[] for _ in range(gens)])[j]:
                     self._add(rel[j], w, T[P])
         self._congruence(node)
+        self._sum_relations(node)
 
     def _add(self, bucket: list[tuple[str, torch.Tensor]], root: str, T: torch.Tensor) -> None:
         if len(bucket) >= MAX_RELATIONS:
@@ -474,52 +475,92 @@ class Relations:
 
     # ------------------------------------------------------------------------- closing
 
-    def _sum_terms(self, node: Any) -> tuple[list[str] | None, list[Any]]:
+    def _sum_terms(self, node: Any, flatten: bool = True) -> tuple[list[str] | None, list[Any], list[Any]]:
+        """The terms of the ``add`` tree ending at ``node``: input-dependent terms (node names),
+        constant terms, and the exact keys of the constant and scalar terms.
+
+        ``flatten=False`` keeps the two operands of ``node`` as they are (a partial sum
+        is then one term); otherwise partial sums of the same shape are opened.
+        """
         shape = _shape(node)
         terms: list[str] = []
         fixed: list[Any] = []
+        keys: list[Any] = []
         todo = [node]
         while todo:
             n = todo.pop()
+            if n.kwargs or len(n.args) != 2:
+                return None, [], []
             for a in n.args[:2]:
                 if hasattr(a, "name") and hasattr(a, "op"):
                     value = self.values.get(a.name)
                     if isinstance(value, Constant):
                         fixed.append(value)
-                    elif _is_same_sum(a, node):
+                        keys.append(self.digests.setdefault(a.name, _digest(value)))
+                    elif flatten and _is_same_sum(a, node):
                         todo.append(a)
                     elif _tensor_meta(a) is not None and _shape(a) == shape:
                         terms.append(a.name)
                     else:
-                        return None, []
+                        return None, [], []
                 elif isinstance(a, int | float) and not isinstance(a, bool):
-                    continue  # a scalar term is the same everywhere
+                    keys.append(_literal(a))  # a scalar term is the same everywhere
                 else:
-                    return None, []
-            if n.kwargs or len(n.args) != 2 or len(terms) > MAX_TERMS:
-                return None, []
-        return terms, fixed
+                    return None, [], []
+            if len(terms) > MAX_TERMS:
+                return None, [], []
+        return terms, fixed, sorted(keys, key=repr)
 
-    def _close_sum(self, node: Any, terms: list[str], fixed: list[Any]) -> Moving | None:
+    def _sum_relations(self, node: Any) -> None:
+        """Relations of a sum to sums (itself included) whose terms its terms move onto."""
+        if not _is_same_sum(node, node):
+            return
+        rel = self.relations[node.name]
         shape = _shape(node)
-        allowed = set(terms)
-        maps: list[torch.Tensor] = []
-        for j in range(len(self.frame.generators)):
-            partners = [self._partners(t, j, shape, allowed) for t in terms]
-            if any(not p for p in partners):
-                return None
-            chosen = None
-            for _, M in partners[0]:
-                edges = [[k for k, t in enumerate(terms) if any(z == t and torch.equal(m, M) for z, m in partners[i])] for i in range(len(terms))]
-                if _match(len(terms), edges) is None or not all(_fixed_invariant(c, M, shape) for c in fixed):
+        for flatten in (True, False):
+            terms, fixed, keys = self._sum_terms(node, flatten)
+            if not terms:
+                continue
+            for other in self.sums:
+                if other not in self.family or _shape(self.nodes[other]) != shape:
                     continue
-                chosen = M
-                break
-            if chosen is None:
-                return None
-            maps.append(chosen)
-        meta = node.meta["val"]
-        return Moving(shape, meta.dtype, self.frame, maps).normalised()
+                o_terms, _, o_keys = self._sum_terms(self.nodes[other], flatten)
+                if o_terms is None or len(o_terms) != len(terms) or o_keys != keys:
+                    continue
+                for j in range(len(self.frame.generators)):
+                    M = self._common_map(terms, o_terms, fixed, shape, j)
+                    if M is not None:
+                        root, P = self.family[other]
+                        self._add(rel[j], root, P[M])
+
+    def _common_map(self, terms: list[str], targets: list[str], fixed: list[Any], shape: tuple[int, ...], j: int) -> torch.Tensor | None:
+        """One map ``M`` with ``terms(g_j·x)`` matched one to one onto ``targets(x)[M]``."""
+        allowed = set(targets)
+        partners = [self._partners(t, j, shape, allowed) for t in terms]
+        if any(not p for p in partners):
+            return None
+        for _, M in partners[0]:
+            edges = [[k for k, t in enumerate(targets) if any(z == t and torch.equal(m, M) for z, m in partners[i])] for i in range(len(terms))]
+            if _match(len(terms), edges) is not None and all(_fixed_invariant(c, M, shape) for c in fixed):
+                return M
+        return None
+
+    def _close_sum(self, node: Any) -> Moving | None:
+        shape = _shape(node)
+        for flatten in (True, False):
+            terms, fixed, _ = self._sum_terms(node, flatten)
+            if not terms:
+                continue
+            maps: list[torch.Tensor] = []
+            for j in range(len(self.frame.generators)):
+                M = self._common_map(terms, terms, fixed, shape, j)
+                if M is None:
+                    break
+                maps.append(M)
+            else:
+                meta = node.meta["val"]
+                return Moving(shape, meta.dtype, self.frame, maps).normalised()
+        return None
 
     def _close_stack(self, node: Any, pieces: list[str]) -> Moving | None:
         piece_shape = _shape(self.nodes[pieces[0]])
@@ -579,9 +620,11 @@ def _fixed_invariant(c: Constant, M: torch.Tensor, shape: tuple[int, ...]) -> bo
     """A constant term of a sum: unchanged by the sum's map (a scalar always is)."""
     if not isinstance(c.first, torch.Tensor) or c.first.numel() == 1:
         return True
-    if tuple(c.first.shape) != shape:
+    try:
+        full = Constant(*(v.expand(shape) if v is not None else None for v in (c.first, c.second, c.third)), exact=c.exact)
+    except RuntimeError:  # not broadcastable to the sum's shape
         return False
-    classes = value_classes(c.first, c.second)
+    classes = constant_classes(full)
     return bool(torch.equal(classes[M], classes))
 
 

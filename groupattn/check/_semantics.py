@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ._maps import coordinates, dense_ids, depends_only_on, flat_index, lookup_rows, value_classes
+from ._maps import constant_classes, coordinates, dense_ids, depends_only_on, flat_index, lookup_rows, value_classes
 from ._values import Breaks, Constant, Frame, Moving, Unverifiable
 
 __all__ = ["common_frame", "contract", "movement", "normalize", "pointwise", "reduce"]
@@ -108,7 +108,7 @@ def pointwise(operands: Sequence[Any], out_shape: Sequence[int], dtype: torch.dt
             continue  # a scalar constant is the same everywhere
         idx = broadcast_index(shape, out_shape)
         if isinstance(v, Constant):
-            cls = value_classes(v.first, v.second)
+            cls = constant_classes(v)
             columns.append(cls[idx])
             kinds.append(("const", v, idx))
         elif v.invariant and v.classes is not None:
@@ -214,9 +214,12 @@ def movement(fn: Callable[[list[torch.Tensor]], Any], data: Sequence[Any], what:
     if all(isinstance(v, Constant) for v in data):
         first = fn([v.first for v in data])
         second = fn([v.second for v in data])
+        third = fn([v.current for v in data]) if any(v.third is not None for v in data) else None
+        exact = all(v.exact for v in data)
         if isinstance(first, torch.Tensor):
-            return [Constant(first, second)]
-        return [Constant(a, b) for a, b in zip(first, second)]
+            return [Constant(first, second, third, exact)]
+        thirds = third if third is not None else [None] * len(first)
+        return [Constant(a, b, c, exact) for a, b, c in zip(first, second, thirds)]
     has_source = any(isinstance(v, Moving) and v.source is not None for v in data)
     if rows is not None and has_source:
         efn, edata = _expand(fn, data)
@@ -257,11 +260,14 @@ def _movement(fn: Callable[[list[torch.Tensor]], Any], data: list[Any], what: st
     is_moving_active = torch.tensor([isinstance(v, Moving) and not v.invariant for v in data], dtype=torch.bool)
     const1 = torch.zeros(total, dtype=torch.float64)
     const2 = torch.zeros(total, dtype=torch.float64)
+    const3 = torch.zeros(total, dtype=torch.float64)
+    exact = all(v.exact for v in data if isinstance(v, Constant))
     inv_class = torch.full((total,), -1, dtype=torch.long)
     for k, v in enumerate(data):
         if isinstance(v, Constant):
             const1[offsets[k] : offsets[k + 1]] = v.first.detach().reshape(-1).to(torch.float64)
             const2[offsets[k] : offsets[k + 1]] = v.second.detach().reshape(-1).to(torch.float64)
+            const3[offsets[k] : offsets[k + 1]] = v.current.detach().reshape(-1).to(torch.float64)
         elif isinstance(v, Moving) and v.invariant:
             # entries of an invariant tensor act like constants: equal where provably equal
             ids = v.classes if v.classes is not None else torch.arange(sizes[k])
@@ -292,13 +298,13 @@ def _movement(fn: Callable[[list[torch.Tensor]], Any], data: list[Any], what: st
         if not bool(from_moving.any()) or not sources_move:
             # only constants, fills and invariant entries: the result does not move;
             # entries copied from one entry (or holding one constant) are equal
-            keys = _movement_keys(src, from_moving, from_const, const1, const2, f1, inv_class)
+            keys = _movement_keys(src, from_moving, from_const, (const1, const2, const3), exact, f1, inv_class)
             results.append(Moving(tuple(o1.shape), dtype, frame, None, classes=torch.unique(keys, return_inverse=True)[1]))
             continue
         check_budget(tuple(o1.shape), frame, what)
         keys = src.clone()
         maps: list[torch.Tensor] = []
-        all_keys = _movement_keys(src, from_moving, from_const, const1, const2, f1, inv_class)
+        all_keys = _movement_keys(src, from_moving, from_const, (const1, const2, const3), exact, f1, inv_class)
         row_ids = _row_signature(all_keys, tuple(o1.shape), rows) if rows is not None else None
         moving_pos = torch.nonzero(from_moving).reshape(-1)
         moving_src = src[moving_pos]
@@ -422,8 +428,8 @@ def _movement_keys(
     src: torch.Tensor,
     from_moving: torch.Tensor,
     from_const: torch.Tensor,
-    const1: torch.Tensor,
-    const2: torch.Tensor,
+    consts: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    exact: bool,
     f1: torch.Tensor,
     inv_class: torch.Tensor,
 ) -> torch.Tensor:
@@ -432,9 +438,9 @@ def _movement_keys(
     safe = src.clamp(min=0, max=max(inv_class.numel() - 1, 0))
     inv = inv_class[safe] if inv_class.numel() else torch.full_like(src, -1)
     inv = torch.where(from_const, inv, torch.full_like(inv, -1))
-    v1 = torch.where(from_const, const1[safe] if const1.numel() else f1, f1)
-    v2 = torch.where(from_const, const2[safe] if const2.numel() else f1, f1)
-    cls = value_classes(torch.where(inv >= 0, torch.zeros_like(v1), v1), torch.where(inv >= 0, torch.zeros_like(v2), v2))
+    v1, v2, v3 = (torch.where(from_const, c[safe] if c.numel() else f1, f1) for c in consts)
+    w1, w2, w3 = (torch.where(inv >= 0, torch.zeros_like(v), v) for v in (v1, v2, v3))
+    cls = value_classes(w1, w2, w3, exact=exact)
     ncls = int(cls.max()) + 1 if cls.numel() else 0
     cls = torch.where(inv >= 0, ncls + inv, cls)
     return torch.where(from_moving, src, -1 - cls)
@@ -693,7 +699,7 @@ def _absorb_constant(
     ctx = b_batch + list(free_a or [])
     order = b_batch + summed + free
     perm = [lb.index(c) for c in order]
-    cls = value_classes(b.first, b.second).reshape(tuple(int(s) for s in b.first.shape)).permute(perm)
+    cls = constant_classes(b).reshape(tuple(int(s) for s in b.first.shape)).permute(perm)
     nb = _numel([sizes[c] for c in b_batch])
     nk = _numel([sizes[c] for c in summed])
     nj = _numel([sizes[c] for c in free])

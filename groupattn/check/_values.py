@@ -172,16 +172,34 @@ class Constant:
     Attributes
     ----------
     first, second
-        The value under each draw (tensors, or plain Python values).
+        The value under each random draw (tensors, or plain Python values).
+    third
+        The value at the model's current parameter values (``None``: the same as
+        ``first``, for values that do not depend on parameters). Two entries are equal
+        only when they are equal in all three evaluations, so a function of the
+        parameters that is constant on the draws but not at the current weights
+        (``p == 0`` at ``p = 0``) is not taken for a constant.
+    exact
+        ``True`` when the value was computed by elementwise operations and copies only
+        (equal inputs give bit-for-bit equal outputs): entries are then compared
+        exactly. Sums and products taken in different orders round differently, so the
+        values of reductions and contractions are compared to about 30 significant bits.
     """
 
     first: Any
     second: Any
+    third: Any = None
+    exact: bool = True
+
+    @property
+    def current(self) -> Any:
+        """The value at the model's current parameters (``first`` when it has none of its own)."""
+        return self.first if self.third is None else self.third
 
     @property
     def structural(self) -> bool:
-        """Whether both draws agree exactly (the value does not depend on parameters)."""
-        return _same(self.first, self.second)
+        """Whether every evaluation agrees exactly (the value does not depend on parameters)."""
+        return _same(self.first, self.second) and (self.third is None or _same(self.first, self.third))
 
     def describe(self) -> str:
         if isinstance(self.first, torch.Tensor):
