@@ -110,7 +110,6 @@ KNOWN_INCOMPLETE: dict[str, str] = {
     # need the same operation with the same constant arguments
     "pa-ok-paired-maxpool-c4": "paired per-axis operations",
     "pa-ok-gram-trace-d4": "the trace of x xᵀ: an intermediate without a map",
-    "gen-d4-orbit-sum-d4": "orbit averaging over D4",
     # deliberately refused
     "dd-ok-where-index-channel-p4m": "torch.where(cond) gives data-dependent shapes: refused",
     "dd-ok-where-index-batch-translations": "torch.where(cond) gives data-dependent shapes: refused",

@@ -53,6 +53,8 @@ __all__ = ["Relations"]
 
 #: Relations kept per value and generator.
 MAX_RELATIONS = 8
+#: Partners (node, map) of one value tried per generator.
+MAX_PARTNERS = 16
 #: Partner combinations tried per operation and generator.
 MAX_COMBINATIONS = 32
 #: Terms of one sum, or pieces of one stack, that are matched.
@@ -336,9 +338,9 @@ class Relations:
                     continue
                 if not any(w == z and torch.equal(u, m) for w, u in found):
                     found.append((z, m))
-                if len(found) >= MAX_RELATIONS:
-                    return found
-        return found
+        # copies reached without moving come first: they make congruent partners
+        found.sort(key=lambda zm: not torch.equal(zm[1], torch.arange(zm[1].numel())))
+        return found[:MAX_PARTNERS]
 
     # ------------------------------------------------------------------------- congruence
 

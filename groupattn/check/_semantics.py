@@ -22,7 +22,15 @@ from typing import Any
 
 import torch
 
-from ._maps import constant_classes, coordinates, dense_ids, depends_only_on, flat_index, lookup_rows, value_classes
+from ._maps import (
+    constant_classes,
+    coordinates,
+    dense_ids,
+    depends_only_on,
+    flat_index,
+    lookup_rows,
+    value_classes,
+)
 from ._values import Breaks, Constant, Frame, Moving, Unverifiable
 
 __all__ = ["common_frame", "contract", "movement", "normalize", "pointwise", "reduce"]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -12,6 +13,35 @@ from ..groups import Group, GroupError
 from ..nn import chain_contract
 
 __all__ = ["ShiftTransformer"]
+
+Anchoring = Literal["input", "layers"]
+
+
+def check_anchoring(module: str, anchoring: str) -> None:
+    """Raise a clear error for an unknown ``anchoring`` option."""
+    if anchoring not in ("input", "layers"):
+        raise GroupError(f"{module}: expected anchoring 'input' or 'layers', got {anchoring!r}")
+
+
+def anchor_period(periods: list[int]) -> int:
+    """The stride of a single input anchoring for layers with these pixel periods (their lcm).
+
+    A strided layer (patch embedding, windows, patch merging, spatial reduction) is
+    equivariant to shifts of the image by multiples of its period in pixels; a network
+    of them, to shifts by multiples of the least common multiple.
+    """
+    return math.lcm(*periods)
+
+
+def input_anchor_stride(periods: list[int], size: tuple[int, int]) -> int | None:
+    """:func:`anchor_period`, or ``None`` when it does not divide the image ``size``.
+
+    Every period divides the image side exactly when the layers' own size checks pass, so
+    ``None`` only occurs for a configuration one of the layers will reject with its own
+    error (raised after the patch embedding is built).
+    """
+    stride = anchor_period(periods)
+    return None if size[0] % stride or size[1] % stride else stride
 
 
 def as_pair(module: str, value: Any) -> tuple[int, int]:

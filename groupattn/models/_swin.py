@@ -10,7 +10,14 @@ from ..attention import MeanPooling, WindowAttention
 from ..canonical._polyphase import Norm
 from ..nn import PatchEmbedding, PatchMerging, TransformerBlock
 from ._registry import register_model
-from ._shift_common import ShiftTransformer, as_pair, per_stage
+from ._shift_common import (
+    Anchoring,
+    ShiftTransformer,
+    as_pair,
+    check_anchoring,
+    input_anchor_stride,
+    per_stage,
+)
 
 __all__ = ["ShiftSwin"]
 
@@ -20,9 +27,18 @@ class ShiftSwin(ShiftTransformer):
 
     Stages of window-attention blocks (every second block with windows cyclically
     shifted by ``window // 2``, on the torus, without a boundary mask), separated by
-    patch merging. Equivariant: the patch embedding, every window attention and every
-    patch merging are polyphase-anchored (window attention restores the frame before
-    the residual). Baseline: identical layers and parameters, no anchoring.
+    patch merging. Baseline: no anchoring. Equivariant, ``anchoring="input"`` (default):
+    the image is polyphase-anchored **once**, in the patch embedding, with stride
+    ``S`` = the least common multiple of every window's and merge's period in pixels
+    (16 for the tiny preset), choosing the phase on a blurred copy of the image
+    (``anchor_sigma``); every later layer is then the baseline's own, un-anchored, and
+    needs only be equivariant to shifts by multiples of ``S``, which windows on the
+    torus and patch merging are. ``anchoring="layers"``: the patch embedding, every
+    window attention and every patch merging are polyphase-anchored on their own input
+    (window attention restores the frame before the residual) — exact too, but the
+    hidden layers' phases are picked from features that change as the weights train,
+    and differ between similar images, which makes it learn much more slowly (see the
+    benchmarks page). Both variants have identical layers and parameters.
 
     Contract: equivariant — *invariant* under ``TorusTranslations(H, W)``; baseline —
     *breaks*, naming the patch embedding.
@@ -48,6 +64,17 @@ class ShiftSwin(ShiftTransformer):
     anchor_norm
         Norm of every polyphase anchoring (default ``"l4"``: the L2 and L1 polyphase
         norms of smoothly upsampled images such as the bundled digits tie exactly).
+    anchoring
+        ``"input"`` (one anchoring, in the patch embedding) or ``"layers"`` (every
+        strided layer anchors its own input); equivariant model only.
+    anchor_sigma
+        Blur (pixels) of the input anchoring's score (``anchoring="input"``; ``0``: the
+        polyphase norms of the image itself).
+    embed_bias
+        Bias in the patch embedding (off by default: with it every empty background patch
+        of a digit canvas embeds to the same non-zero token, which dominates the
+        mean-pooled features at initialisation, so both variants sat at chance for
+        several epochs, how many depending on the seed).
     """
 
     def __init__(
@@ -64,27 +91,39 @@ class ShiftSwin(ShiftTransformer):
         mlp_ratio: float = 2.0,
         bias: str | None = "clipped",
         anchor_norm: Norm = "l4",
+        anchoring: Anchoring = "input",
+        anchor_sigma: float = 8.0,
+        embed_bias: bool = False,
     ) -> None:
         super().__init__()
-        self.equivariant = equivariant
+        check_anchoring("ShiftSwin", anchoring)
+        self.equivariant, self.anchoring = equivariant, anchoring
         stages = len(depths)
         dims_ = per_stage("ShiftSwin", "dims", dims, stages)
         heads_ = per_stage("ShiftSwin", "heads", heads, stages)
         windows = per_stage("ShiftSwin", "window", window, stages)
         size = as_pair("ShiftSwin", image_size)
-        self.patch_embed = PatchEmbedding(in_channels, dims_[0], patch, size, anchored=equivariant, norm=anchor_norm)
+        per_layer = equivariant and anchoring == "layers"  # each strided layer anchors its own input
+        once = equivariant and anchoring == "input"  # the patch embedding anchors for all of them
+        # pixel periods: every stage's windows, every merge (a scalar window broadcasts to each stage)
+        periods = [patch * 2**i * windows[i] for i in range(stages)] + [patch * 2**i for i in range(stages)]
+        self.patch_embed = PatchEmbedding(
+            in_channels, dims_[0], patch, size, anchored=equivariant, norm=anchor_norm,
+            anchor_stride=input_anchor_stride(periods, size) if once else None, anchor_sigma=anchor_sigma if once else 0.0,
+            bias=embed_bias,
+        )
         grid = self.patch_embed.grid
         layers: list[nn.Module] = []
         for stage in range(stages):
             if stage:
-                merge = PatchMerging(dims_[stage - 1], dims_[stage], grid, anchored=equivariant, norm=anchor_norm)
+                merge = PatchMerging(dims_[stage - 1], dims_[stage], grid, anchored=per_layer, norm=anchor_norm)
                 layers.append(merge)
                 grid = merge.out_grid
             for block in range(depths[stage]):
                 shift = windows[stage] // 2 if block % 2 else 0
                 attention = WindowAttention(
                     dims_[stage], heads_[stage], grid, windows[stage], shift=shift,
-                    anchored=equivariant, bias=bias, pre_norm=True, norm=anchor_norm,  # type: ignore[arg-type]
+                    anchored=per_layer, bias=bias, pre_norm=True, norm=anchor_norm,  # type: ignore[arg-type]
                 )
                 layers.append(TransformerBlock(dims_[stage], attention, mlp_ratio))
         self.stages = nn.Sequential(*layers)

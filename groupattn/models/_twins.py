@@ -11,7 +11,14 @@ from ..canonical._polyphase import Norm
 from ..nn import PatchEmbedding, PatchMerging, TransformerBlock
 from ..positional import ConvPositionalEncoding
 from ._registry import register_model
-from ._shift_common import ShiftTransformer, as_pair, per_stage
+from ._shift_common import (
+    Anchoring,
+    ShiftTransformer,
+    as_pair,
+    check_anchoring,
+    input_anchor_stride,
+    per_stage,
+)
 
 __all__ = ["ShiftTwins"]
 
@@ -22,9 +29,16 @@ class ShiftTwins(ShiftTransformer):
     Each stage alternates locally-grouped (window) attention and global sub-sampled
     (spatial-reduction) attention blocks; a convolutional positional encoding (PEG)
     follows the first block of each stage; stages are joined by patch merging.
-    Equivariant: anchored patch embedding, window attention, reduction and merging, and
-    circular padding in the PEG. Baseline: no anchoring and zero padding (same
-    parameters).
+    Baseline: no anchoring and zero padding (same parameters). Equivariant: circular
+    padding in the PEG, and, with ``anchoring="input"`` (default), one polyphase
+    anchoring of the image in the patch embedding with stride ``S`` = the least common
+    multiple of every window's, reduction's and merge's period in pixels (16 for the
+    tiny preset), the phase chosen on a blurred copy of the image (``anchor_sigma``);
+    the later layers run un-anchored (they need only be equivariant to shifts by
+    multiples of ``S``). With ``anchoring="layers"`` the patch embedding, window
+    attention, reduction and merging each anchor their own input instead — exact too,
+    but hidden-layer phases are picked from features that change as the weights train
+    and differ between similar images, and it learns much more slowly.
 
     Contract: equivariant — *invariant* under ``TorusTranslations(H, W)``; baseline —
     *breaks*, naming the patch embedding.
@@ -47,6 +61,17 @@ class ShiftTwins(ShiftTransformer):
     anchor_norm
         Norm of every polyphase anchoring (default ``"l4"``: the L2 and L1 polyphase
         norms of smoothly upsampled images such as the bundled digits tie exactly).
+    anchoring
+        ``"input"`` (one anchoring, in the patch embedding) or ``"layers"`` (every
+        strided layer anchors its own input); equivariant model only.
+    anchor_sigma
+        Blur (pixels) of the input anchoring's score (``anchoring="input"``; ``0``: the
+        polyphase norms of the image itself).
+    embed_bias
+        Bias in the patch embedding (off by default: with it every empty background patch
+        of a digit canvas embeds to the same non-zero token, which dominates the
+        mean-pooled features at initialisation, so both variants sat at chance for
+        several epochs, how many depending on the seed).
     """
 
     def __init__(
@@ -63,35 +88,47 @@ class ShiftTwins(ShiftTransformer):
         reduction: int | tuple[int, ...] = (4, 2),
         mlp_ratio: float = 2.0,
         anchor_norm: Norm = "l4",
+        anchoring: Anchoring = "input",
+        anchor_sigma: float = 8.0,
+        embed_bias: bool = False,
     ) -> None:
         super().__init__()
-        self.equivariant = equivariant
+        check_anchoring("ShiftTwins", anchoring)
+        self.equivariant, self.anchoring = equivariant, anchoring
         stages = len(depths)
         dims_ = per_stage("ShiftTwins", "dims", dims, stages)
         heads_ = per_stage("ShiftTwins", "heads", heads, stages)
         windows = per_stage("ShiftTwins", "window", window, stages)
         reductions = per_stage("ShiftTwins", "reduction", reduction, stages)
         size = as_pair("ShiftTwins", image_size)
-        self.patch_embed = PatchEmbedding(in_channels, dims_[0], patch, size, anchored=equivariant, norm=anchor_norm)
+        per_layer = equivariant and anchoring == "layers"  # each strided layer anchors its own input
+        once = equivariant and anchoring == "input"  # the patch embedding anchors for all of them
+        # pixel periods: every stage's windows and reductions, every merge
+        periods = [patch * 2**i * m for i in range(stages) for m in (windows[i], reductions[i], 1)]
+        self.patch_embed = PatchEmbedding(
+            in_channels, dims_[0], patch, size, anchored=equivariant, norm=anchor_norm,
+            anchor_stride=input_anchor_stride(periods, size) if once else None, anchor_sigma=anchor_sigma if once else 0.0,
+            bias=embed_bias,
+        )
         grid = self.patch_embed.grid
         padding = "circular" if equivariant else "zeros"
         layers: list[nn.Module] = []
         for stage in range(stages):
             dim = dims_[stage]
             if stage:
-                merge = PatchMerging(dims_[stage - 1], dim, grid, anchored=equivariant, norm=anchor_norm)
+                merge = PatchMerging(dims_[stage - 1], dim, grid, anchored=per_layer, norm=anchor_norm)
                 layers.append(merge)
                 grid = merge.out_grid
             for block in range(depths[stage]):
                 attention: nn.Module
                 if block % 2 == 0:
                     attention = WindowAttention(
-                        dim, heads_[stage], grid, windows[stage], anchored=equivariant, pre_norm=True,
+                        dim, heads_[stage], grid, windows[stage], anchored=per_layer, pre_norm=True,
                         norm=anchor_norm,
                     )
                 else:
                     attention = SpatialReductionAttention(
-                        dim, heads_[stage], grid, reductions[stage], anchored=equivariant, pre_norm=True,
+                        dim, heads_[stage], grid, reductions[stage], anchored=per_layer, pre_norm=True,
                         norm=anchor_norm,
                     )
                 layers.append(TransformerBlock(dim, attention, mlp_ratio))

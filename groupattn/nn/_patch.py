@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -15,6 +16,23 @@ from ..contracts import Contract
 from ..groups import Group, GroupError, TorusTranslations
 
 __all__ = ["PatchEmbedding"]
+
+
+def _gaussian_taps(sigma: float, size: int) -> tuple[tuple[int, float], ...]:
+    """``(offset, weight)`` of a circular Gaussian of width ``sigma`` on a cycle of ``size``; weights sum to 1."""
+    radius = min(math.ceil(3.0 * sigma), (size - 1) // 2)
+    taps = [(k, math.exp(-0.5 * (k / sigma) ** 2)) for k in range(-radius, radius + 1)]
+    total = sum(w for _, w in taps)
+    return tuple((k, w / total) for k, w in taps)
+
+
+def _circular_blur(x: torch.Tensor, taps: tuple[tuple[int, float], ...], dim: int) -> torch.Tensor:
+    """``Σ_k w_k · roll(x, k, dim)`` in a fixed order: every position runs the same arithmetic,
+    so blurring a shifted image gives the shifted blur bit for bit."""
+    out = torch.roll(x, taps[0][0], dim) * taps[0][1]
+    for k, w in taps[1:]:
+        out = out + torch.roll(x, k, dim) * w
+    return out
 
 
 def _check_image(module: str, x: torch.Tensor, channels: int, size: tuple[int, int]) -> None:
@@ -31,8 +49,19 @@ class PatchEmbedding(nn.Module):
     With ``anchored=True`` the image is polyphase-anchored with stride ``patch`` first,
     so the patch grid moves with the data (Ding et al., 2023).
 
+    A network can instead be anchored **once**, here, for all its strided layers:
+    ``anchor_stride = S`` (a multiple of ``patch``, e.g. the coarsest period of the
+    windows, merges and reductions that follow) anchors the image with stride ``S``, and
+    the later layers then need only be equivariant to shifts by multiples of ``S`` — they
+    run un-anchored. For a large ``S`` the phase should be chosen on a smoothed copy
+    of the image (``anchor_sigma > 0``): the score is then the circularly blurred pixel
+    energy ``G_σ ∗ Σ_c x_c²`` (carried as an extra channel through the anchor, scaled per
+    sample to peak at ``anchor_scale · max|x|`` so it dominates the anchor's norm, and
+    dropped after; scored in float64), so similar images get similar frames. The score depends on the input alone, not on any weight.
+
     Contract under ``TorusTranslations(H, W)``: anchored — *canonicalizing* onto
-    ``TorusTranslations(H/p, W/p)`` of the token grid; plain — *breaks* (patches do not
+    ``TorusTranslations(H/S, W/S, stride=S/p)`` of the token grid (``S = p`` by default:
+    all translations of the token grid); plain — *breaks* (patches do not
     move with shifts that are not multiples of ``p``). Under
     ``TorusTranslations(H/p, W/p, stride=p)`` both are *equivariant* onto the token grid.
 
@@ -52,6 +81,19 @@ class PatchEmbedding(nn.Module):
         Anchor before embedding (the equivariant variant).
     norm
         Norm of the polyphase anchoring.
+    anchor_stride
+        Stride ``S`` of the anchoring (default: ``patch``); a multiple of ``patch``
+        dividing the image size.
+    anchor_sigma
+        Width in pixels of the Gaussian blur of the anchoring score (``0``, the
+        default: the polyphase norms of the image itself).
+    bias
+        Give the convolution a bias (default). Without one, an empty (zero) patch embeds
+        to the zero token.
+    anchor_scale
+        Peak of the smoothed score channel relative to ``max|x|`` (``anchor_sigma > 0``
+        only; its fourth power, 65536 by default, is its weight against the image's own
+        channels in the L4 norm).
     """
 
     def __init__(
@@ -62,6 +104,10 @@ class PatchEmbedding(nn.Module):
         image_size: tuple[int, int],
         anchored: bool = True,
         norm: Norm = "l2",
+        anchor_stride: int | None = None,
+        anchor_sigma: float = 0.0,
+        anchor_scale: float = 16.0,
+        bias: bool = True,
     ) -> None:
         super().__init__()
         size = (int(image_size[0]), int(image_size[1]))
@@ -69,17 +115,54 @@ class PatchEmbedding(nn.Module):
             raise GroupError(
                 f"PatchEmbedding: expected an image size divisible by patch {patch}, got {size[0]}x{size[1]}"
             )
+        stride = patch if anchor_stride is None else int(anchor_stride)
+        if stride < 1 or stride % patch or size[0] % stride or size[1] % stride:
+            raise GroupError(
+                f"PatchEmbedding: expected an anchor stride that is a multiple of patch {patch} and divides "
+                f"the image size {size[0]}x{size[1]}, got {anchor_stride}"
+            )
+        if not anchor_sigma >= 0.0:
+            raise GroupError(f"PatchEmbedding: expected anchor_sigma >= 0, got {anchor_sigma}")
         self.in_channels, self.dim, self.patch, self.image_size = in_channels, dim, patch, size
         self.grid = (size[0] // patch, size[1] // patch)
         self.anchored, self.norm = anchored, norm
-        self.anchor = PolyphaseAnchor(patch, norm, image_size=size)
-        self.conv = nn.Conv2d(in_channels, dim, patch, stride=patch)
+        self.anchor_stride, self.anchor_sigma, self.anchor_scale = stride, float(anchor_sigma), float(anchor_scale)
+        self._taps = (
+            (_gaussian_taps(self.anchor_sigma, size[0]), _gaussian_taps(self.anchor_sigma, size[1]))
+            if self.anchor_sigma > 0
+            else None
+        )
+        self.anchor = PolyphaseAnchor(stride, norm, image_size=size)
+        self.conv = nn.Conv2d(in_channels, dim, patch, stride=patch, bias=bias)
+
+    def anchor_score(self, x: torch.Tensor) -> torch.Tensor:
+        """The smoothed pixel energy ``(B, 1, H, W)`` whose polyphase norms pick the phase
+        (``anchor_sigma > 0``), scaled per sample to peak at ``anchor_scale · max|x|``."""
+        if self._taps is None:
+            raise GroupError("PatchEmbedding: anchor_score needs anchor_sigma > 0")
+        energy = (x * x).sum(dim=1, keepdim=True)
+        taps_y, taps_x = self._taps
+        blurred = _circular_blur(_circular_blur(energy, taps_y, 2), taps_x, 3)
+        # per-sample maxima are shift-invariant: the score peaks at anchor_scale · max|x|,
+        # so its fourth power outweighs the image's own channels in the anchor's norm
+        peak = blurred.amax(dim=(1, 2, 3), keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
+        return blurred / peak * (x.abs().amax(dim=(1, 2, 3), keepdim=True) * self.anchor_scale)
+
+    def _anchored(self, x: torch.Tensor) -> torch.Tensor:
+        if self._taps is None:
+            return self.anchor(x).output
+        # the score rides along as an extra channel: one anchoring decides and rolls both. In
+        # float64 whatever the input's precision (the round trip is exact): a smooth score has
+        # small margins between neighbouring phases, which float32 rounding would turn into ties
+        wide = x.to(torch.float64)
+        anchored = self.anchor(torch.cat([wide, self.anchor_score(wide)], dim=1)).output
+        return anchored[:, : x.shape[1]].to(x.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Embed the (anchored) patches as tokens ``(B, N, dim)``."""
         _check_image("PatchEmbedding", x, self.in_channels, self.image_size)
         if self.anchored:
-            x = self.anchor(x).output
+            x = self._anchored(x)
         return rearrange(self.conv(x), "b c y x -> b (y x) c")
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
@@ -89,7 +172,8 @@ class PatchEmbedding(nn.Module):
         if stride is None:
             return Contract.unknown(f"PatchEmbedding: promises nothing for {group.name}", GridField())
         assert isinstance(group, TorusTranslations)
-        if stride % self.patch == 0:
+        if stride % self.patch == 0 and (not self.anchored or stride % self.anchor_stride == 0):
+            # whole patches move, and the anchoring's phase (if any) never changes
             coarse = TorusTranslations(group.height, group.width, stride=stride // self.patch)
             return Contract.equivariant(GridField(), out, coarse)
         if not self.anchored:
@@ -101,12 +185,17 @@ class PatchEmbedding(nn.Module):
             )
         if stride != 1:
             return Contract.unknown(
-                f"PatchEmbedding: patch {self.patch} does not divide the acting stride {stride}", GridField()
+                f"PatchEmbedding: the anchor stride {self.anchor_stride} does not divide the acting stride {stride}",
+                GridField(),
             )
-        return Contract.canonicalizing(GridField(), out, TorusTranslations(*self.grid))
+        h, w = self.grid
+        ratio = self.anchor_stride // self.patch
+        return Contract.canonicalizing(GridField(), out, TorusTranslations(h // ratio, w // ratio, stride=ratio))
 
     def extra_repr(self) -> str:
         return (
             f"in_channels={self.in_channels}, dim={self.dim}, patch={self.patch}, "
             f"image_size={self.image_size}, anchored={self.anchored}"
+            + (f", anchor_stride={self.anchor_stride}" if self.anchor_stride != self.patch else "")
+            + (f", anchor_sigma={self.anchor_sigma}" if self.anchor_sigma > 0 else "")
         )
