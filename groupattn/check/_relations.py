@@ -623,7 +623,8 @@ def _fixed_invariant(c: Constant, M: torch.Tensor, shape: tuple[int, ...]) -> bo
     if not isinstance(c.first, torch.Tensor) or c.first.numel() == 1:
         return True
     try:
-        full = Constant(*(v.expand(shape) if v is not None else None for v in (c.first, c.second, c.third)), exact=c.exact)
+        third = c.third.expand(shape) if c.third is not None else None
+        full = Constant(c.first.expand(shape), c.second.expand(shape), third, c.exact)
     except RuntimeError:  # not broadcastable to the sum's shape
         return False
     classes = constant_classes(full)
