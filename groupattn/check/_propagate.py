@@ -21,10 +21,11 @@ from torch import nn
 from ..actions import FieldType
 from ..contracts import Status
 from ..groups import Group, GroupError
-from ._aten import MOVEMENT_OPS, RANDOM_OPS_WITH_RULES, Args, OpCall, Poison, rule_for
+from ._aten import RANDOM_OPS_WITH_RULES, Args, OpCall, Poison, rule_for
 from ._export import Exported, LeafCall
 from ._leaf_rules import leaf_rule
 from ._relations import Relations
+from ._rules_movement import MOVEMENT_OPS
 from ._values import Breaks, Constant, Frame, FrameValue, Moving, SampleGenerator, Unverifiable
 
 #: Operators that only check shapes or values at run time and produce nothing.
