@@ -260,3 +260,49 @@ def test_constant_terms_in_an_orbit_sum() -> None:
     c = case("pair-plus-ones-c4", lambda: PairPlusTable(True), "c4", "certified")
     assert oracle_error(c) <= 1e-9
     assert _certified(c)
+
+
+# ----------------------------------------------------------------------------- chains of copies
+
+
+class Chain(nn.Module):
+    """Several copies in a row whose steps fail one by one (each slices one axis)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+        self.conv = nn.Conv2d(3, 3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        if self.kind == "centre":
+            return y[..., 1:-1, :][..., :, 1:-1]
+        if self.kind == "corners":
+            return y[..., ::7, ::7]
+        if self.kind == "transpose-back":
+            return y.transpose(-1, -2)[..., 2:-2, :].transpose(-1, -2)[..., 2:-2, :]
+        if self.kind == "off-centre":
+            return y[..., 1:, :][..., :, 1:]  # a 7×7 corner: not mapped onto itself by a turn
+        if self.kind == "one-axis":
+            return y[..., 1:-1, :]  # rows only
+        raise ValueError(self.kind)
+
+
+CHAINS_OK = [case(f"chain-{k}-c4", (lambda k=k: Chain(k)), "c4", "certified") for k in ("centre", "corners", "transpose-back")]
+CHAINS_BROKEN = [case(f"chain-{k}-c4", (lambda k=k: Chain(k)), "c4", "not-certified") for k in ("off-centre", "one-axis")]
+
+
+@pytest.mark.parametrize("c", CHAINS_OK, ids=lambda c: c.name)
+def test_chain_of_copies_certifies(c: ZooCase) -> None:
+    assert oracle_error(c) <= 1e-9
+    assert _certified(c), f"{c.name}: an equivariant chain of copies is not certified"
+
+
+@pytest.mark.parametrize("c", CHAINS_BROKEN, ids=lambda c: c.name)
+def test_broken_chain_is_refused(c: ZooCase) -> None:
+    model, x = c.make(), c.example_input(torch.float64)
+    with torch.no_grad():
+        m = model.double()
+        err = (m(_rot(x)) - _rot(m(x))).abs().max() if m(x).shape[-1] == m(x).shape[-2] else torch.tensor(1.0)
+    assert err > 1e-6
+    assert not _certified(c), f"FALSE CERTIFICATE: {c.name}"

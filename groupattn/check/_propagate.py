@@ -26,6 +26,7 @@ from ._export import Exported, LeafCall
 from ._leaf_rules import leaf_rule
 from ._relations import Relations
 from ._rules_movement import MOVEMENT_OPS
+from ._semantics import movement
 from ._values import Breaks, Constant, Frame, FrameValue, Moving, SampleGenerator, Unverifiable
 
 #: Operators that only check shapes or values at run time and produce nothing.
@@ -353,9 +354,9 @@ def propagate_graph(
         target = _target_name(node, leaf)
         failures = _failures((args, kwargs))
         if failures:
-            repaired = relations.repair(node) if leaf is None else None
+            repaired, how = _repair(relations, node, values) if leaf is None else (None, "")
             if repaired is not None:
-                _record_orbit(graph, records, values, node, target, repaired)
+                _record_repair(graph, records, values, node, target, repaired, how)
                 continue
             worst = next((f for f in failures if f.status == "broken"), failures[0])
             values[name] = Failed(worst.status, worst.reason, worst.origin)
@@ -376,9 +377,9 @@ def propagate_graph(
             msg = f"{target}: the checker failed on it ({type(err).__name__}: {err})"
             value, status, reason = Failed("unverified", msg, name), "unverified", msg
         if status is not None and leaf is None:
-            repaired = relations.repair(node)
+            repaired, how = _repair(relations, node, values)
             if repaired is not None:
-                _record_orbit(graph, records, values, node, target, repaired)
+                _record_repair(graph, records, values, node, target, repaired, how)
                 continue
         values[name] = value
         if status is None:
@@ -410,11 +411,84 @@ def propagate_graph(
     return Propagation(graph, records, order, outputs, input_node, [], side_effects)
 
 
-def _record_orbit(graph: nx.DiGraph, records: dict[str, NodeRecord], values: dict[str, Any], node: Any, target: str, value: Moving) -> None:
-    """A sum, stack or concatenation whose operands the group permutes among themselves."""
+#: Data movements composed into one when the steps fail one by one.
+MAX_CHAIN = 32
+
+
+def _movement_chain(node: Any, values: dict[str, Any]) -> Moving | None:
+    """A chain of data movements checked as one movement from its first moving source.
+
+    ``x[..., 1:-1, :][..., 1:-1]`` crops the centre of a grid, which a quarter turn
+    maps onto itself, but the first slice alone does not move with the input. When a
+    copy fails step by step, the steps back to a value with a claim are composed and
+    the composition is checked by the movement rule (which reads every entry).
+    """
+    chain: list[tuple[Any, Any]] = []
+    current = node
+    while len(chain) < MAX_CHAIN:
+        if current.op != "call_function" or not hasattr(current.target, "_schema") or current.target._schema.name not in MOVEMENT_OPS:
+            return None
+        sources = [a for a in _flat((current.args, current.kwargs)) if hasattr(a, "name") and not isinstance(values.get(a.name), Constant)]
+        if len(sources) != 1 or any(
+            isinstance(values.get(a.name), Constant) and not values[a.name].structural
+            for a in _flat((current.args, current.kwargs))
+            if hasattr(a, "name")
+        ):
+            return None
+        chain.append((current, sources[0]))
+        root = values.get(sources[0].name)
+        if isinstance(root, Moving):
+            break
+        if not isinstance(root, Failed):
+            return None
+        current = sources[0]
+    else:
+        return None
+    if len(chain) < 2:
+        return None  # one step: the ordinary rule already decided
+    steps = list(reversed(chain))
+
+    def composed(data: list[torch.Tensor]) -> Any:
+        out = data[0]
+        for step, source in steps:
+            def fill(v: Any, out: torch.Tensor = out, source: Any = source) -> Any:
+                if hasattr(v, "name") and hasattr(v, "op"):
+                    return out if v.name == source.name else values[v.name].first
+                if isinstance(v, list | tuple):
+                    return type(v)(fill(x) for x in v)
+                return v
+
+            out = step.target(*fill(step.args), **{k: fill(v) for k, v in step.kwargs.items()})
+        return out
+
+    try:
+        result = movement(composed, [values[steps[0][1].name]], f"{node.name} (a chain of {len(steps)} copies)")
+    except (Breaks, Unverifiable):
+        return None
+    meta = node.meta.get("val")
+    if len(result) != 1 or not isinstance(result[0], Moving) or meta is None or tuple(meta.shape) != result[0].shape:
+        return None
+    return result[0]
+
+
+def _repair(relations: Relations, node: Any, values: dict[str, Any]) -> tuple[Moving | None, str]:
+    """A claim for a node whose operands (or itself) failed, from relations or a chain of copies."""
+    value = relations.repair(node)
+    if value is not None:
+        return value, "its operands permuted by the group (an orbit)"
+    value = _movement_chain(node, values)
+    if value is not None:
+        return value, "a chain of copies checked as one"
+    return None, ""
+
+
+def _record_repair(
+    graph: nx.DiGraph, records: dict[str, NodeRecord], values: dict[str, Any], node: Any, target: str, value: Moving, how: str
+) -> None:
+    """Record a node whose claim came from :func:`_repair`."""
     values[node.name] = value
     records[node.name] = NodeRecord(
-        node.name, node.op, target, Status(_status_of(value)), _describe(value) + ", its operands permuted by the group (an orbit)",
+        node.name, node.op, target, Status(_status_of(value)), _describe(value) + ", " + how,
         None, value.frame.group.name, False, _module_path(node),
     )
     _annotate(graph, records[node.name])
