@@ -306,3 +306,36 @@ def test_broken_chain_is_refused(c: ZooCase) -> None:
         err = (m(_rot(x)) - _rot(m(x))).abs().max() if m(x).shape[-1] == m(x).shape[-2] else torch.tensor(1.0)
     assert err > 1e-6
     assert not _certified(c), f"FALSE CERTIFICATE: {c.name}"
+
+
+# ----------------------------------------------------------------------------- symmetric operators only
+
+
+def _pair_a(x: torch.Tensor) -> torch.Tensor:
+    return x.softmax(-1)
+
+
+def _pair_b(x: torch.Tensor) -> torch.Tensor:
+    return x.mT.softmax(-1).mT
+
+
+PAIRS = {
+    "product": (lambda x: _pair_a(x) * _pair_b(x), True),
+    "maximum": (lambda x: torch.maximum(_pair_a(x), _pair_b(x)), True),
+    "minimum-of-sums": (lambda x: torch.minimum(_pair_a(x) + 1, _pair_b(x) + 1), True),
+    # a quarter turn swaps the operands: a - b becomes b - a (an earlier build related any
+    # two-operand node as if it were a sum, and closed it at a later add)
+    "difference-then-add": (lambda x: (_pair_a(x) - _pair_b(x)) + 0.0, False),
+    "quotient-then-add": (lambda x: (_pair_a(x) / _pair_b(x)) + 1.0, False),
+    "power-then-stack": (lambda x: torch.stack([_pair_a(x) ** _pair_b(x)]).mean(0), False),
+    "atan2-then-product": (lambda x: torch.atan2(_pair_a(x), _pair_b(x)) * 2.0, False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PAIRS))
+def test_only_symmetric_operators_close_an_orbit(name: str) -> None:
+    fn, equivariant = PAIRS[name]
+    c = case(f"pair-{name}-c4", lambda: Wrap(fn), "c4", "certified" if equivariant else "not-certified")
+    err = oracle_error(c)
+    assert (err <= 1e-9) == equivariant, f"{name}: the oracle says {err:.2e}"
+    assert _certified(c) == equivariant, f"{name}: {'not certified' if equivariant else 'FALSE CERTIFICATE'}"

@@ -62,7 +62,9 @@ MAX_TERMS = 64
 #: Graph nodes related before one closing node (beyond: not attempted).
 MAX_NODES = 4000
 
-_ADD = "aten::add.Tensor"
+#: Operators whose trees are symmetric in their operands (a sum, a product, a maximum, a
+#: minimum): their operands form a multiset. Nothing else is (``a - b`` is not).
+_SYMMETRIC = frozenset({"aten::add.Tensor", "aten::mul.Tensor", "aten::maximum.default", "aten::minimum.default"})
 _STACKING = ("aten::stack.default", "aten::cat.default")
 
 _PURE_MOVEMENT = frozenset(
@@ -182,10 +184,10 @@ class Relations:
         """
         name = _exact_name(node.target) if hasattr(node.target, "_schema") else ""
         meta = _tensor_meta(node)
-        if meta is None or name not in (_ADD, *_STACKING):
+        if meta is None or name not in (*_SYMMETRIC, *_STACKING):
             return None
         try:
-            if name == _ADD:
+            if name in _SYMMETRIC:
                 if any(_is_same_sum(u, node) for u in node.users):
                     return None  # a partial sum: the whole sum is matched at its last node
                 self._prepare([node.name])
@@ -607,9 +609,12 @@ def _combinations(slots: list[str], options: list[list[tuple[str, torch.Tensor]]
 
 
 def _is_same_sum(a: Any, node: Any) -> bool:
-    """Whether ``a`` is an ``add`` node of the same shape (a partial sum of ``node``'s tree)."""
+    """Whether ``a`` is a symmetric operation (:data:`_SYMMETRIC`) of the same operator and
+    shape as ``node`` (a partial sum, product, … of ``node``'s tree)."""
     return (
         getattr(a, "op", None) == "call_function"
+        and hasattr(a.target, "_schema")
+        and _exact_name(a.target) in _SYMMETRIC
         and a.target is node.target
         and not a.kwargs
         and len(a.args) == 2
