@@ -109,6 +109,7 @@ KNOWN_INCOMPLETE: dict[str, str] = {
     # or the orbit is nested (a D4 sum of two C4 sums): the relations of _relations.py
     # need the same operation with the same constant arguments
     "pa-ok-paired-maxpool-c4": "paired per-axis operations",
+    "pa-ok-paired-cumsum-d4": "paired per-axis operations (cumsum along W paired with cumsum along H: different arguments)",
     "pa-ok-gram-trace-d4": "the trace of x xᵀ: an intermediate without a map",
     # deliberately refused
     "dd-ok-where-index-channel-p4m": "torch.where(cond) gives data-dependent shapes: refused",

@@ -13,7 +13,10 @@ from ._polyphase import (
     polyphase_unanchor,
     shifted_token_index,
 )
+from ._precision import SCORE_DTYPE, score_dtype
 from ._record import (
+    NEAR_TIE_ULPS,
+    TIE_ULPS,
     CanonicalizationEvent,
     CanonicalizationRecorder,
     record_canonicalizations,
@@ -22,6 +25,9 @@ from ._record import (
 from ._types import Canonicalized
 
 __all__ = [
+    "NEAR_TIE_ULPS",
+    "SCORE_DTYPE",
+    "TIE_ULPS",
     "AdaptivePolyphaseDownsample",
     "AdaptivePolyphaseUpsample",
     "ArgmaxCanonicalizer",
@@ -38,5 +44,6 @@ __all__ = [
     "polyphase_unanchor",
     "record_canonicalizations",
     "report_scores",
+    "score_dtype",
     "shifted_token_index",
 ]

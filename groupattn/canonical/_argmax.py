@@ -11,30 +11,39 @@ from torch import nn
 from ..actions import FieldType, GridField
 from ..contracts import Contract
 from ..groups import FiniteGroup, Group, GroupElement, GroupError
+from ._precision import scoring, to_score_dtype
 from ._record import report_scores
 from ._types import Canonicalized
 
 __all__ = ["ArgmaxCanonicalizer", "argmax_with_margin"]
 
 
-def argmax_with_margin(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def argmax_with_margin(
+    scores: torch.Tensor, input_dtype: torch.dtype | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Best candidate per sample and the gap between the two best scores.
 
-    Ties are resolved deterministically: the **lowest index** among the best scores
-    wins (``torch.argmax`` returns the first maximum), and the margin is then exactly 0.
-    Every decision is reported to :func:`~groupattn.canonical.record_canonicalizations`
-    when a recording is active (ties, near-ties within rounding, NaN scores).
+    The scores are cast up to the score dtype (float64, see
+    :func:`~groupattn.canonical.score_dtype`; exact) before the margin is taken, so the
+    margin of low-precision scores is their exact difference. Ties are resolved
+    deterministically: the **lowest index** among the best scores wins (``torch.argmax``
+    returns the first maximum), and the margin is then exactly 0. Every decision is
+    reported to :func:`~groupattn.canonical.record_canonicalizations` when a recording is
+    active (ties, near-ties within the rounding of ``input_dtype``, NaN scores).
 
     Parameters
     ----------
     scores
         ``(B, K)`` score of each of ``K`` candidates.
+    input_dtype
+        The dtype of the tensor the scores were computed from; near-ties are judged
+        against its rounding (default: the dtype of ``scores``).
 
     Returns
     -------
     tuple of torch.Tensor
-        ``index`` — long ``(B,)``; ``margin`` — ``(B,)`` best minus second-best score
-        (``+inf`` when there is a single candidate).
+        ``index`` — long ``(B,)``; ``margin`` — ``(B,)`` best minus second-best score, in
+        the score dtype (``+inf`` when there is a single candidate).
 
     Raises
     ------
@@ -45,13 +54,16 @@ def argmax_with_margin(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
         raise GroupError(
             f"argmax_with_margin: expected scores of shape (B, K) with K >= 1, got {tuple(scores.shape)}"
         )
+    if input_dtype is None:
+        input_dtype = scores.dtype
+    scores = to_score_dtype(scores)
     index = torch.argmax(scores, dim=1)
     if scores.shape[1] == 1:
         margin = torch.full_like(scores[:, 0], float("inf"))
     else:
         top = torch.topk(scores, 2, dim=1).values
         margin = top[:, 0] - top[:, 1]
-    report_scores(scores, margin)  # to record_canonicalizations(), when one is active
+    report_scores(scores, margin, input_dtype)  # to record_canonicalizations(), when one is active
     return index, margin
 
 
@@ -61,8 +73,17 @@ class ArgmaxCanonicalizer(nn.Module):
     For each candidate ``g_k`` (all elements of a finite group, or a list of coset
     representatives) the canonicalizer computes ``score(g_k · x)`` per sample, picks
     ``k* = argmax_k`` (lowest ``k`` on a tie) and returns ``g_{k*} · x``. This is the
-    reference implementation for any finite group and field type; polyphase anchoring
-    (:class:`PolyphaseAnchor`) is a fast special case for translations.
+    reference implementation for any finite group and field type (orientation
+    canonicalization for C4 / D4 is this class with the rotations, or rotations and
+    reflections, as candidates); polyphase anchoring (:class:`PolyphaseAnchor`) is a fast
+    special case for translations.
+
+    Precision: the candidates are moved in the input's dtype (the output keeps it), but
+    scored on a copy cast up to float64 (:func:`~groupattn.canonical.score_dtype`) with
+    autocast disabled, so the decision does not depend on the precision the network
+    runs in (bf16 / fp16 autocast, bf16 weights). A score function with parameters of
+    its own (a learned score) may need its input in their dtype: pass
+    ``fixed_precision=False`` to score in the input's dtype (autocast still disabled).
 
     Contract: *canonicalizing* — ``f(h·x) = h'·f(x)`` for a data-dependent ``h'`` of
     ``output_group`` (by default the acting group; when the candidates are all elements
@@ -81,6 +102,8 @@ class ArgmaxCanonicalizer(nn.Module):
         Elements (or raw values) to score; all elements of ``group`` by default.
     output_group
         The group acting on the output, if it differs from ``group``.
+    fixed_precision
+        Score in float64 (default) rather than in the input's dtype.
 
     Examples
     --------
@@ -99,6 +122,7 @@ class ArgmaxCanonicalizer(nn.Module):
         field_type: FieldType | None = None,
         candidates: Sequence[Any] | None = None,
         output_group: Group | None = None,
+        fixed_precision: bool = True,
     ) -> None:
         super().__init__()
         if not isinstance(group, FiniteGroup):
@@ -111,6 +135,7 @@ class ArgmaxCanonicalizer(nn.Module):
             raise GroupError("ArgmaxCanonicalizer: expected at least one candidate element, got none")
         self.candidates: list[GroupElement] = elems
         self.output_group = output_group
+        self.fixed_precision = bool(fixed_precision)
 
     def forward(self, x: torch.Tensor) -> Canonicalized:
         """Canonicalize ``x``.
@@ -124,18 +149,20 @@ class ArgmaxCanonicalizer(nn.Module):
         -------
         Canonicalized
             ``output`` same shape as ``x``; ``frame`` long ``(B,)`` index into
-            :attr:`candidates`; ``margin`` ``(B,)``.
+            :attr:`candidates`; ``margin`` ``(B,)`` in the score dtype (float64).
         """
         self.field_type.check(x, "ArgmaxCanonicalizer")
         moved = torch.stack([self.field_type.act(self.group, g, x) for g in self.candidates])
         k, b = moved.shape[0], moved.shape[1]
-        scores = self.score(moved.reshape(k * b, *moved.shape[2:]))
+        candidates = moved.reshape(k * b, *moved.shape[2:])
+        with scoring(x.device):
+            scores = self.score(to_score_dtype(candidates) if self.fixed_precision else candidates)
         if scores.shape != (k * b,):
             raise GroupError(
                 f"ArgmaxCanonicalizer: expected the score function to return shape ({k * b},), "
                 f"got {tuple(scores.shape)}"
             )
-        index, margin = argmax_with_margin(scores.reshape(k, b).transpose(0, 1))
+        index, margin = argmax_with_margin(scores.reshape(k, b).transpose(0, 1), x.dtype)
         output = moved[index, torch.arange(b, device=x.device)]
         return Canonicalized(output, index, margin)
 

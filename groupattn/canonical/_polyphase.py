@@ -12,6 +12,14 @@ the polyphase component ``k`` is ``x[..., py::s, px::s]``. Anchoring rolls the s
 ``(−py, −px)`` so that its largest-norm component sits at the origin; the *frame* is
 ``(py, px)`` and un-anchoring rolls by ``(+py, +px)``. Ties go to the lowest phase
 index ``k`` and are reported by a margin of exactly 0.
+
+Precision
+---------
+The polyphase norms (the decision scores) are computed in float64 with autocast
+disabled, from the received tensor cast up (see :mod:`groupattn.canonical._precision`);
+the roll, the gather and every other part of the data path run in the input's dtype, so
+anchoring a bf16 / fp16 tensor gives a bf16 / fp16 tensor, bit for bit a permutation of
+the input.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from ..actions import GridField, TokenField
 from ..contracts import Contract
 from ..groups import Group, GroupError, TorusTranslations
 from ._argmax import argmax_with_margin
+from ._precision import scoring, to_score_dtype
 from ._types import Canonicalized
 
 __all__ = [
@@ -94,13 +103,23 @@ def polyphase_norms(
     Returns
     -------
     torch.Tensor
-        ``(B, s²)``; column ``k = py·s + px`` is the norm of ``x[..., py::s, px::s]``.
+        ``(B, s²)`` in float64 (the score dtype, :func:`~groupattn.canonical.score_dtype`),
+        computed with autocast disabled whatever the dtype of ``x``; column
+        ``k = py·s + px`` is the norm of ``x[..., py::s, px::s]``.
     """
     module = "polyphase_norms"
     stride = _check_stride(module, stride)
     _check_norm(module, norm)
     height, width = _spatial_shape(module, x, grid)
     _check_divisible(module, (height, width), stride)
+    with scoring(x.device):
+        return _norms(to_score_dtype(x), stride, norm, grid, height, width)
+
+
+def _norms(
+    x: torch.Tensor, stride: int, norm: str, grid: tuple[int, int] | None, height: int, width: int
+) -> torch.Tensor:
+    """:func:`polyphase_norms` after the checks, in the dtype of ``x`` (``(B, s²)``)."""
     b = x.shape[0]
     if grid is None:
         # Per-pixel channel reduction as one batched matrix product (ones @ |x|^p): much
@@ -228,9 +247,10 @@ def polyphase_phase(
     Returns
     -------
     tuple of torch.Tensor
-        ``frame`` long ``(B, 2)`` and ``margin`` ``(B,)`` (lowest phase index on a tie).
+        ``frame`` long ``(B, 2)`` and ``margin`` ``(B,)`` in float64 (lowest phase index on
+        a tie).
     """
-    index, margin = argmax_with_margin(polyphase_norms(x, stride, norm, grid))
+    index, margin = argmax_with_margin(polyphase_norms(x, stride, norm, grid), x.dtype)
     shift_y = torch.div(index, stride, rounding_mode="floor")
     return torch.stack([shift_y, index - shift_y * stride], dim=1), margin
 
@@ -259,8 +279,10 @@ def polyphase_anchor(
     -------
     Canonicalized
         ``output`` like ``x``; ``frame`` long ``(B, 2)`` phase ``(py, px)`` (the roll that
-        un-anchoring applies); ``margin`` ``(B,)`` best minus second-best norm (0 on a tie,
-        where the lowest phase index ``py·s + px`` wins; ``+inf`` for ``s = 1``).
+        un-anchoring applies); ``margin`` ``(B,)`` best minus second-best norm, in float64
+        (0 on a tie, where the lowest phase index ``py·s + px`` wins; ``+inf`` for ``s = 1``).
+        The norms are computed in float64 with autocast disabled; ``output`` keeps the
+        dtype of ``x``.
     """
     frame, margin = polyphase_phase(x, stride, norm, grid)
     return Canonicalized(_gather_roll(x, frame[:, 0], frame[:, 1], grid), frame, margin)
@@ -459,7 +481,7 @@ class AdaptivePolyphaseDownsample(nn.Module):
         _check_divisible(module, (height, width), self.stride)
         s = self.stride
         scores = polyphase_norms(x, s, self.norm)  # type: ignore[arg-type]
-        index, margin = argmax_with_margin(scores)
+        index, margin = argmax_with_margin(scores, x.dtype)
         b, c = x.shape[0], x.shape[1]
         shift_y = torch.div(index, s, rounding_mode="floor")
         shift_x = index - shift_y * s

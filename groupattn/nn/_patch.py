@@ -12,6 +12,8 @@ from torch import nn
 from ..actions import GridField, TokenField, torus_stride
 from ..canonical import PolyphaseAnchor
 from ..canonical._polyphase import Norm
+from ..canonical._precision import scoring, to_score_dtype
+from ..canonical._record import judging_ties_as
 from ..contracts import Contract
 from ..groups import Group, GroupError, TorusTranslations
 
@@ -57,7 +59,14 @@ class PatchEmbedding(nn.Module):
     of the image (``anchor_sigma > 0``): the score is then the circularly blurred pixel
     energy ``G_σ ∗ Σ_c x_c²`` (carried as an extra channel through the anchor, scaled per
     sample to peak at ``anchor_scale · max|x|`` so it dominates the anchor's norm, and
-    dropped after; scored in float64), so similar images get similar frames. The score depends on the input alone, not on any weight.
+    dropped after), so similar images get similar frames. The score depends on the input
+    alone, not on any weight.
+
+    Precision: every anchoring score (the polyphase norms, and the blurred energy) is
+    computed in float64 with autocast disabled, from the image as received, whatever
+    the dtype the network runs in; the image keeps its dtype on the data path (the
+    float64 round trip of the blurred variant is exact). Near-ties are judged against
+    the rounding of the image's dtype (see :func:`~groupattn.canonical.record_canonicalizations`).
 
     Contract under ``TorusTranslations(H, W)``: anchored — *canonicalizing* onto
     ``TorusTranslations(H/S, W/S, stride=S/p)`` of the token grid (``S = p`` by default:
@@ -136,8 +145,20 @@ class PatchEmbedding(nn.Module):
         self.conv = nn.Conv2d(in_channels, dim, patch, stride=patch, bias=bias)
 
     def anchor_score(self, x: torch.Tensor) -> torch.Tensor:
-        """The smoothed pixel energy ``(B, 1, H, W)`` whose polyphase norms pick the phase
-        (``anchor_sigma > 0``), scaled per sample to peak at ``anchor_scale · max|x|``."""
+        """The smoothed pixel energy whose polyphase norms pick the phase (``anchor_sigma > 0``).
+
+        Parameters
+        ----------
+        x
+            Images ``(B, C, H, W)``; computed in their dtype, so pass them cast up to
+            float64 for the score the anchoring uses (``_anchored`` does, with autocast
+            disabled).
+
+        Returns
+        -------
+        torch.Tensor
+            ``(B, 1, H, W)``, scaled per sample to peak at ``anchor_scale · max|x|``.
+        """
         if self._taps is None:
             raise GroupError("PatchEmbedding: anchor_score needs anchor_sigma > 0")
         energy = (x * x).sum(dim=1, keepdim=True)
@@ -150,12 +171,16 @@ class PatchEmbedding(nn.Module):
 
     def _anchored(self, x: torch.Tensor) -> torch.Tensor:
         if self._taps is None:
-            return self.anchor(x).output
+            return self.anchor(x).output  # polyphase norms in float64, outside autocast
         # the score rides along as an extra channel: one anchoring decides and rolls both. In
-        # float64 whatever the input's precision (the round trip is exact): a smooth score has
-        # small margins between neighbouring phases, which float32 rounding would turn into ties
-        wide = x.to(torch.float64)
-        anchored = self.anchor(torch.cat([wide, self.anchor_score(wide)], dim=1)).output
+        # float64 whatever the input's precision, outside autocast (the round trip is exact):
+        # a smooth score has small margins between neighbouring phases, which float32, let
+        # alone bf16, rounding would turn into ties
+        wide = to_score_dtype(x)
+        with scoring(x.device):
+            score = self.anchor_score(wide)
+        with judging_ties_as(x.dtype):  # near-ties against the rounding of the image as received
+            anchored = self.anchor(torch.cat([wide, score], dim=1)).output
         return anchored[:, : x.shape[1]].to(x.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
