@@ -30,19 +30,18 @@ __all__ = [
     "report_scores",
 ]
 
-#: A margin at most this many units of the scores' rounding (``eps · max|score|`` in the
-#: score dtype, float64) is a tie: the two best candidates are equal up to the rounding of
-#: the arithmetic that scored them, so moving the input (a different summation order) may
-#: swap them.
 TIE_ULPS = 256.0
+"""A margin at most this many units of the scores' rounding (``eps · max|score|`` in the
+score dtype, float64) is a tie: the two best candidates are equal up to the rounding of the
+arithmetic that scored them, so moving the input (a different summation order) may swap them."""
 
-#: A margin at most this many units of the *input's* rounding (``eps · max|score|`` in the
-#: dtype the canonicalizer's input arrived in) is a near-tie: the scores are exact
-#: functions of the values received, but a perturbation of those values by a few
-#: roundings of their own dtype — what an upstream layer that is not bit-exact under the
-#: group (a reduction in another order, in bf16) leaves behind — can swap the two best
-#: candidates. Norm scores move by at most the relative perturbation of their input.
 NEAR_TIE_ULPS = 4.0
+"""A margin at most this many units of the *input's* rounding (``eps · max|score|`` in the
+dtype the canonicalizer's input arrived in) is a near-tie: the scores are exact functions
+of the values received, but a perturbation of those values by a few roundings of their own
+dtype — what an upstream layer that is not bit-exact under the group (a reduction in
+another order, in bf16) leaves behind — can swap the two best candidates. Norm scores move
+by at most the relative perturbation of their input."""
 
 
 @dataclass
