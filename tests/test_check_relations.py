@@ -339,3 +339,47 @@ def test_only_symmetric_operators_close_an_orbit(name: str) -> None:
     err = oracle_error(c)
     assert (err <= 1e-9) == equivariant, f"{name}: the oracle says {err:.2e}"
     assert _certified(c) == equivariant, f"{name}: {'not certified' if equivariant else 'FALSE CERTIFICATE'}"
+
+
+class MixedOrbit(nn.Module):
+    """Half an orbit combined by one operator, the other half by another (second attacker)."""
+
+    def __init__(self, combine: str) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4, 3, 3, 3))
+        self.combine = combine
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = [_rot(F.conv2d(_rot(x, k), self.weight, padding=1), -k) for k in range(4)]
+        if self.combine == "max-plus-min":
+            return torch.maximum(a[0], a[2]) + torch.minimum(a[1], a[3])
+        if self.combine == "sum-plus-product":
+            return (a[0] + a[2]) + a[1] * a[3]
+        if self.combine == "product-times-sum":
+            return (a[0] * a[2]) * (a[1] + a[3])
+        if self.combine == "max-of-max-and-min":
+            return torch.maximum(torch.maximum(a[0], a[2]), torch.minimum(a[1], a[3]))
+        if self.combine == "stack-of-max-and-min":
+            return torch.stack([torch.maximum(a[0], a[2]), torch.minimum(a[1], a[3])]).mean(0)
+        if self.combine == "exp-of-max-plus-exp-of-min":
+            return torch.exp(torch.maximum(a[0], a[2])) + torch.exp(torch.minimum(a[1], a[3]))
+        if self.combine == "max-plus-max":  # genuine: the same operator on both halves
+            return torch.maximum(a[0], a[2]) + torch.maximum(a[1], a[3])
+        raise ValueError(self.combine)
+
+
+MIXED = ["max-plus-min", "sum-plus-product", "product-times-sum", "max-of-max-and-min", "stack-of-max-and-min",
+         "exp-of-max-plus-exp-of-min"]
+
+
+@pytest.mark.parametrize("combine", MIXED)
+def test_halves_combined_by_different_operators_are_refused(combine: str) -> None:
+    c = case(f"mixed-{combine}-c4", lambda: MixedOrbit(combine), "c4", "not-certified")
+    assert oracle_error(c) > 1e-6
+    assert not _certified(c), f"FALSE CERTIFICATE: {combine}"
+
+
+def test_halves_combined_by_the_same_operator_certify() -> None:
+    c = case("mixed-max-plus-max-c4", lambda: MixedOrbit("max-plus-max"), "c4", "certified")
+    assert oracle_error(c) <= 1e-9
+    assert _certified(c)

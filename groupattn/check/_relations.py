@@ -526,7 +526,8 @@ class Relations:
             if not terms:
                 continue
             for other in self.sums:
-                if other not in self.family or _shape(self.nodes[other]) != shape:
+                # the same operator: a maximum relates to maxima, a sum to sums
+                if other not in self.family or self.nodes[other].target is not node.target or _shape(self.nodes[other]) != shape:
                     continue
                 o_terms, _, o_keys = self._sum_terms(self.nodes[other], flatten)
                 if o_terms is None or len(o_terms) != len(terms) or o_keys != keys:
