@@ -75,6 +75,16 @@ class Orbit(nn.Module):
             out = torch.stack(terms, 1).amax(1)
         elif self.combine == "cat-sum":
             out = torch.cat(terms, 1).unflatten(1, (len(terms), 3)).sum(1)
+        elif self.combine in ("halves-same", "halves-mixed"):
+            # even-indexed terms by one operator, odd-indexed by the same or another one
+            evens, odds = terms[0::2], terms[1::2] or terms[:1]
+            first = evens[0]
+            for t in evens[1:]:
+                first = torch.maximum(first, t)
+            second = odds[0]
+            for t in odds[1:]:
+                second = torch.maximum(second, t) if self.combine == "halves-same" else torch.minimum(second, t)
+            out = first + second
         else:
             out = torch.stack(terms)[0]
         if self.extra == "table":
@@ -148,7 +158,7 @@ def test_near_miss_is_refused(c: ZooCase) -> None:
     turns=st.lists(st.integers(0, 3), min_size=2, max_size=5).map(tuple),
     inverse=st.booleans(),
     shared=st.booleans(),
-    combine=st.sampled_from(["add", "stack-mean", "stack-amax", "cat-sum", "stack-first"]),
+    combine=st.sampled_from(["add", "stack-mean", "stack-amax", "cat-sum", "stack-first", "halves-same", "halves-mixed"]),
     circular=st.booleans(),
     extra=st.sampled_from(["none", "scale", "table", "padding"]),
     group=st.sampled_from(["c4", "d4", "p4"]),
