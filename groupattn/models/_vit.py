@@ -53,6 +53,12 @@ class ShiftViT(ShiftTransformer):
     anchor_norm
         Norm of every polyphase anchoring (default ``"l4"``: the L2 and L1 polyphase
         norms of smoothly upsampled images such as the bundled digits tie exactly).
+    embed_bias
+        Bias in the patch embedding (both variants). Without one, every empty background
+        patch embeds to the zero token.
+    anchor_sigma
+        Blur (pixels) of the anchoring score (equivariant model; ``0``: the polyphase
+        norms of the image itself; see :class:`~groupattn.nn.PatchEmbedding`).
     """
 
     def __init__(
@@ -70,11 +76,16 @@ class ShiftViT(ShiftTransformer):
         positional: Literal["conv", "absolute", "none"] = "conv",
         bias: Literal["circulant", "clipped", "default"] | None = "default",
         anchor_norm: Norm = "l4",
+        embed_bias: bool = True,
+        anchor_sigma: float = 0.0,
     ) -> None:
         super().__init__()
         self.equivariant = equivariant
         size = as_pair("ShiftViT", image_size)
-        self.patch_embed = PatchEmbedding(in_channels, dim, patch, size, anchored=equivariant, norm=anchor_norm)
+        self.patch_embed = PatchEmbedding(
+            in_channels, dim, patch, size, anchored=equivariant, norm=anchor_norm,
+            anchor_sigma=anchor_sigma if equivariant else 0.0, bias=embed_bias,
+        )
         grid = self.patch_embed.grid
         if pool not in ("mean", "attention", "cls"):
             raise GroupError(f"ShiftViT: expected pool 'mean', 'attention' or 'cls', got {pool!r}")

@@ -61,6 +61,13 @@ class LiftedPatchEmbedding(nn.Module):
     precomputed index permutation; one convolution computes all of them. With the
     trivial group ``C1`` this is the ordinary ViT patch embedding.
 
+    With ``kernel_size = k > p`` the patches overlap: each token sees its ``p × p``
+    patch and a margin of ``(k − p) / 2`` pixels on every side, taken from the image
+    padded circularly (a circular ``k × k`` convolution of stride ``p``). The window
+    stays centred on its patch, so rotations about the image centre still map windows
+    onto windows and whole-patch translations still move them by one token: the
+    contract is the same.
+
     Contract: equivariant ``GridField → LiftedField(H)`` under ``H`` and its subgroups,
     and under translations by multiples of ``p`` (``TorusTranslations(h, w, stride=p)``
     onto ``TorusTranslations(h, w)``); *breaks* under other translations.
@@ -73,9 +80,31 @@ class LiftedPatchEmbedding(nn.Module):
         ``p``.
     point_group
         ``H`` (instance or name); must act exactly on the grid.
+    bias
+        Learn a bias per output channel (shared by the slices). Off, an empty
+        (all-zero) patch embeds to the zero token.
+    kernel_size
+        Side ``k`` of the window each token sees (default ``p``: non-overlapping
+        patches); ``k ≥ p`` with ``k − p`` even.
+
+    Raises
+    ------
+    GroupError
+        For a point group not acting exactly on the grid, a patch size below 1, a
+        kernel size smaller than the patch or of the wrong parity, and (in ``forward``)
+        a wrong shape, a grid not divisible by ``p`` or a non-square grid under quarter
+        turns.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, patch_size: int, point_group: PointGroup | str) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        patch_size: int,
+        point_group: PointGroup | str,
+        bias: bool = True,
+        kernel_size: int | None = None,
+    ) -> None:
         super().__init__()
         self.point_group = resolve_point_group(point_group, "LiftedPatchEmbedding")
         if not self.point_group.acts_exactly_on_grid:
@@ -84,9 +113,16 @@ class LiftedPatchEmbedding(nn.Module):
             )
         if patch_size < 1:
             raise GroupError(f"LiftedPatchEmbedding: expected a patch size >= 1, got {patch_size}")
+        kernel = patch_size if kernel_size is None else kernel_size
+        if kernel < patch_size or (kernel - patch_size) % 2:
+            raise GroupError(
+                f"LiftedPatchEmbedding: expected a kernel size >= the patch size {patch_size} that differs from it "
+                f"by an even number (a window centred on its patch), got {kernel_size}"
+            )
         self.in_channels, self.out_channels, self.patch_size = in_channels, out_channels, patch_size
-        self.weight = nn.Parameter(torch.randn(out_channels, in_channels, patch_size, patch_size) / patch_size)
-        self.bias = nn.Parameter(torch.zeros(out_channels))
+        self.kernel_size = kernel
+        self.weight = nn.Parameter(torch.randn(out_channels, in_channels, kernel, kernel) / kernel)
+        self.bias: nn.Parameter | None = nn.Parameter(torch.zeros(out_channels)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         p = self.patch_size
@@ -103,9 +139,12 @@ class LiftedPatchEmbedding(nn.Module):
                 f"LiftedPatchEmbedding: expected a square grid for {self.point_group.name}, "
                 f"got {x.shape[-2]}x{x.shape[-1]}"
             )
-        kernels = _rotated_kernels(self.weight, self.point_group, "LiftedPatchEmbedding")  # (G·O, I, p, p)
+        kernels = _rotated_kernels(self.weight, self.point_group, "LiftedPatchEmbedding")  # (G·O, I, k, k)
         g = self.point_group.order()
-        out = F.conv2d(x, kernels, self.bias.repeat(g), stride=p)
+        margin = (self.kernel_size - p) // 2
+        if margin:
+            x = F.pad(x, (margin, margin, margin, margin), mode="circular")
+        out = F.conv2d(x, kernels, None if self.bias is None else self.bias.repeat(g), stride=p)
         return rearrange(out, "b (g o) y x -> b o g y x", g=g)
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:

@@ -31,8 +31,8 @@ __all__ = ["DemoSettings", "format_robustness", "format_table", "plot_results", 
 
 #: Model families the demo compares, in order of preference for each slot: a
 #: shift-equivariant model and a rotation-equivariant model. The C4 group ViT comes
-#: first: within the demo's CPU budget it learns the digits (about 67 % after 10
-#: epochs); the p4 GSA-Net, which attends over every pixel × rotation, reaches 90 %
+#: first: within the demo's CPU budget it learns the digits (about 91 % after 10
+#: epochs, mean of 3 seeds, against 95 % for its baseline; exactly C4-invariant); the p4 GSA-Net, which attends over every pixel × rotation, reaches 90 %
 #: but needs about 4–5 minutes of training on one thread, over that budget.
 DEMO_SLOTS: tuple[tuple[str, ...], ...] = (("vit",), ("group_vit", "gsa"))
 
