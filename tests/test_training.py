@@ -312,6 +312,8 @@ def test_sgd_and_constant_schedule(small_digits: TrainingData) -> None:
 # ---------------------------------------------------------------- the command
 def test_parse_model_args() -> None:
     assert parse_model_args(["channels=4", "name=abc", "flag=true"]) == {"channels": 4, "name": "abc", "flag": True}
+    # Python spellings: "False" must not arrive as a (true) string
+    assert parse_model_args(["a=False", "b=True", "c=None"]) == {"a": False, "b": True, "c": None}
     with pytest.raises(ValueError, match="expected --model-arg KEY=VALUE, got 'depth'"):
         parse_model_args(["depth"])
 

@@ -106,7 +106,14 @@ class BuiltModel:
     group: str | None
 
 
+#: Python spellings of the JSON constants (``--model-arg embed_bias=False`` must not pass
+#: the string ``"False"``, which is true).
+_PYTHON_CONSTANTS: dict[str, Any] = {"True": True, "False": False, "None": None}
+
+
 def _parse_value(text: str) -> Any:
+    if text in _PYTHON_CONSTANTS:
+        return _PYTHON_CONSTANTS[text]
     try:
         return json.loads(text)
     except json.JSONDecodeError:
