@@ -393,3 +393,60 @@ def test_halves_combined_by_the_same_operator_certify() -> None:
     c = case("mixed-max-plus-max-c4", lambda: MixedOrbit("max-plus-max"), "c4", "certified")
     assert oracle_error(c) <= 1e-9
     assert _certified(c)
+
+
+# ----------------------------------------------------------------------------- injected-bug guards
+
+
+class GatedIndex(nn.Module):
+    """Columns read through an index that scrambles them only at ``p == 0`` (the current
+    value): the index is a structural argument equal on both random draws."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.p = nn.Parameter(torch.zeros(()))
+        self.register_buffer("scramble", torch.tensor([0, 2, 1, 3, 4, 5, 6, 7]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate = (self.p == 0).long()
+        identity = torch.arange(8, device=x.device)
+        return x.index_select(-1, identity + gate * (self.scramble - identity))
+
+
+def test_structural_arguments_are_read_at_the_current_weights() -> None:
+    model = GatedIndex().eval()
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        moved = model(torch.roll(x, 1, -1))
+        assert not torch.equal(moved, torch.roll(model(x), 1, -1))  # broken as it stands
+    assert not bool(certify(model, x, "translations").certified)
+
+
+def test_a_copy_with_fills_is_no_gather_of_its_source() -> None:
+    """Relations treat a value as a gather ``root[P]`` only when every entry is a copy:
+    circular padding is one, zero padding is not (its fills are no entry of the input)."""
+    import networkx as nx
+
+    from groupattn.check._export import export_for_check
+    from groupattn.check._relations import Relations
+    from groupattn.check._values import Frame
+    from groupattn.groups import group_from_name
+
+    class Pads(nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return F.pad(x, (1, 1, 1, 1), mode="circular"), F.pad(x, (1, 1, 1, 1))
+
+    x = torch.randn(1, 1, 4, 4)
+    graph = export_for_check(Pads(), x, {}).program.graph_module.graph
+    group = group_from_name("c4", tuple(x.shape))
+    relations = Relations({}, Frame("", group, list(group.generators())), nx.DiGraph())
+    for node in graph.nodes:
+        relations.add_node(node)
+    relations.family["x"] = ("x", torch.arange(16))
+    pads = [n for n in graph.nodes if n.op == "call_function" and "pad" in str(n.target)]
+    circular = next(n for n in pads if "circular" in str(n.args))
+    zeros = next(n for n in pads if n is not circular)
+    gathered = relations._gather_of(circular)
+    expected = F.pad(torch.arange(16.0).reshape(1, 1, 4, 4), (1, 1, 1, 1), mode="circular").reshape(-1).long()
+    assert gathered is not None and gathered[0] == "x" and torch.equal(gathered[1], expected)
+    assert relations._gather_of(zeros) is None
