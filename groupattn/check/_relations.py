@@ -12,9 +12,11 @@ terms. This module derives such *relations*
 for a generator ``g``, another node ``w`` of the graph and a gather map ``m``, and
 closes them at the nodes that combine an orbit symmetrically:
 
-- an **n-ary sum** (a tree of ``add`` nodes): if every term at ``g·x`` is another term
-  at ``x`` gathered by one common map ``m``, and the terms are matched one to one, the
-  sum moves by ``m`` — an ordinary claim again;
+- an **n-ary sum** (a tree of ``add`` nodes; likewise a tree of ``mul``, ``maximum`` or
+  ``minimum``, the operators symmetric in their operands): if every term at ``g·x`` is
+  another term at ``x`` gathered by one common map ``m``, and the terms are matched one
+  to one, the sum moves by ``m`` — an ordinary claim again; a sum also relates to
+  another sum of the same operator whose terms its terms move onto;
 - a **stack** or **concatenation** of equal pieces: if each piece at ``g·x`` is another
   piece at ``x`` (one to one, any maps), the result moves by the map that permutes the
   pieces and moves inside them; a later symmetric reduction over the pieces is then an
@@ -178,7 +180,8 @@ class Relations:
         self.nodes[node.name] = node
 
     def repair(self, node: Any) -> Moving | None:
-        """A claim for ``node`` (a sum, stack or concatenation) from relations between its operands.
+        """A claim for ``node`` (a sum, product, maximum or minimum tree, a stack or a
+        concatenation) from relations between its operands.
 
         Returns ``None`` when the operands do not form an orbit the checker can match.
         """
