@@ -11,6 +11,7 @@ from typing import Any
 
 import networkx as nx
 
+from .._atomic import atomic_path, write_atomic
 from ..actions import FieldType
 from ..contracts import Status
 from ..groups import Group, GroupElement
@@ -333,13 +334,14 @@ class Certificate:
         path = Path(path)
         suffix = path.suffix.lower().lstrip(".")
         if suffix in ("dot", "gv"):
-            path.write_text(self.to_dot())
+            write_atomic(path, self.to_dot())
             return path
         if suffix not in ("png", "svg", "pdf"):
             raise ValueError(f"Certificate.save_graph: expected a .dot, .png, .svg or .pdf path, got {str(path)!r}")
         dot = shutil.which("dot")
         if dot is not None:
-            subprocess.run([dot, f"-T{suffix}", "-o", str(path)], input=self.to_dot().encode(), check=True)
+            with atomic_path(path) as tmp:
+                subprocess.run([dot, f"-T{suffix}", "-o", str(tmp)], input=self.to_dot().encode(), check=True)
             return path
         self._draw_matplotlib(path)
         return path
@@ -373,5 +375,6 @@ class Certificate:
         ax.set_title(f"{self.verdict.value} under {self.group.name}")
         ax.axis("off")
         fig.tight_layout()
-        fig.savefig(path)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp)
         plt.close(fig)

@@ -15,7 +15,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any
 
 import torch
 
+from .._atomic import write_atomic
 from ..actions import FieldType
 from ..groups import GROUP_NAMES, Group, GroupError, group_from_name
 from ._certificate import EXIT_CODES
@@ -278,24 +278,8 @@ def _plan(args: argparse.Namespace) -> _Plan:
 
 # ---------------------------------------------------------------------------- writing
 def _write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path``: exclusive temporary file in the same folder, fsync, rename.
-
-    The temporary file is removed on any failure.
-    """
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # the permissions of an ordinary new file, not mkstemp's 0600
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Write ``text`` to ``path`` whole or not at all (:func:`groupattn._atomic.write_atomic`)."""
+    write_atomic(path, text)
 
 
 def _json_text(data: dict[str, Any]) -> str:

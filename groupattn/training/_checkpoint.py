@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from .._atomic import atomic_path
 
 __all__ = ["capture_rng_state", "load_checkpoint", "restore_rng_state", "save_checkpoint"]
 
@@ -49,9 +50,8 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"format": CHECKPOINT_FORMAT, **state}, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save({"format": CHECKPOINT_FORMAT, **state}, tmp)
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

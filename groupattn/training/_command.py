@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._atomic import write_atomic
 from ..data import MNIST_SIDE, DataError, MissingExtraError
 from ..groups import group_from_name
 from ._data import _MNIST_SOURCES, DATA_SOURCES, TrainingData, check_data_source, load_training_data
@@ -270,8 +271,7 @@ def _run(args: argparse.Namespace) -> int:
                 "evaluation": evaluation.as_dict(),
                 "equivariance": None if check is None else check.__dict__,
             }
-            with open(args.json, "w") as fh:
-                json.dump(payload, fh, indent=2)
+            write_atomic(args.json, json.dumps(payload, indent=2))
         return 0
     finally:
         teardown_distributed(context)

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from .._atomic import atomic_path, write_atomic
 from ..data import DataError
 from ..groups import group_from_name
 from ._command import (
@@ -308,7 +309,8 @@ def plot_results(results: dict[str, Any], path: str) -> None:
     handles, labels = left.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=max(1, len(labels)), fontsize="small", frameon=False)
     fig.tight_layout(rect=(0.0, 0.07, 1.0, 1.0))
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
 
 
@@ -357,8 +359,7 @@ def _run(args: argparse.Namespace) -> int:
             )
     print(f"total {results['seconds']:.0f} s")
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=2)
+        write_atomic(args.json, json.dumps(results, indent=2))
         print(f"wrote {args.json}")
     if args.plot:
         plot_results(results, args.plot)
