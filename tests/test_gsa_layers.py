@@ -292,12 +292,14 @@ def test_blocks_are_equivariant(pg: str) -> None:
     assert_equivariant(GroupPooling(pg, "max"), x, full, elements=_elements(full), exact=True)  # a permutation
 
 
+@pytest.mark.parametrize(("kernel", "bias"), [(None, True), (4, False), (6, True)])
 @pytest.mark.parametrize("pg", ["C4", "D4"])
-def test_lifted_patch_embedding_and_pooling(pg: str) -> None:
+def test_lifted_patch_embedding_and_pooling(pg: str, kernel: int | None, bias: bool) -> None:
+    """Every element of C4 / D4, with plain and overlapping (``kernel_size``) patch windows."""
     point_group = CyclicGroup(4) if pg == "C4" else DihedralGroup(4)
-    embed = LiftedPatchEmbedding(2, 3, 2, pg).double()
+    embed = LiftedPatchEmbedding(2, 3, 2, pg, bias=bias, kernel_size=kernel).double()
     x = torch.randn(2, 2, 8, 8, dtype=torch.float64)
-    assert_equivariant(embed, x, point_group)
+    assert_equivariant(embed, x, point_group, elements=list(point_group.elements()))
     with torch.no_grad():  # translations by whole patches shift the patch grid (output_group)
         assert torch.allclose(embed(torch.roll(x, (2, 6), (-2, -1))), torch.roll(embed(x), (1, 3), (-2, -1)))
     contract = embed.contract(TorusTranslations(4, 4, stride=2))
@@ -452,3 +454,11 @@ def test_global_pool_spatial_modes_are_invariant(spatial: str) -> None:
     pool = GroupGlobalPool("C4", "max", spatial=spatial)
     x = torch.randn(2, 3, 4, 6, 6, dtype=torch.float64)
     assert_equivariant(pool, x, p4(6), elements=[*p4(6).sample(3, seed=2), p4(6).translation((1, 4))])
+
+
+@pytest.mark.parametrize("kernel", [1, 3, 5])
+def test_lifted_patch_embedding_refuses_an_off_centre_window(kernel: int) -> None:
+    """A window smaller than the patch, or one that cannot be centred on it, would not
+    move with the rotations: refused at construction with the module's name."""
+    with pytest.raises(GroupError, match="LiftedPatchEmbedding: expected a kernel size >= the patch size 2"):
+        LiftedPatchEmbedding(1, 2, 2, "C4", kernel_size=kernel)
