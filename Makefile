@@ -19,8 +19,11 @@ test: setup
 test-slow: setup
 	$(PY) -m pytest -n 2 -m slow $(PYTEST_ARGS)
 
+LINT_PATHS := groupattn tests examples benchmarks
+
 lint: setup
-	$(VENV)/bin/ruff check groupattn tests examples benchmarks
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	$(VENV)/bin/mypy
 
 docs: setup

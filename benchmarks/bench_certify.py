@@ -26,11 +26,17 @@ class TorchBlock(torch.nn.Module):
         self.qkv = torch.nn.Linear(dim, 3 * dim)
         self.proj = torch.nn.Linear(dim, dim)
         self.norm2 = torch.nn.LayerNorm(dim)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 2 * dim), torch.nn.GELU(), torch.nn.Linear(2 * dim, dim))
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(dim, 2 * dim), torch.nn.GELU(), torch.nn.Linear(2 * dim, dim)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, n, c = x.shape
-        q, k, v = self.qkv(self.norm1(x)).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = (
+            self.qkv(self.norm1(x))
+            .reshape(b, n, 3, self.heads, c // self.heads)
+            .permute(2, 0, 3, 1, 4)
+        )
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
         x = x + self.proj(out.transpose(1, 2).reshape(b, n, c))
         return x + self.mlp(self.norm2(x))
@@ -78,23 +84,36 @@ def main() -> None:
         forward = best_of(lambda: model(x))
     certify_time = best_of(lambda: certify(model, x, spec.group))
     verify_time = best_of(lambda: certify(model, x, spec.group, verify=True), repeats=2)
-    print(f"model: vit depth=12, input {tuple(x.shape)}, group {spec.group}: verdict {cert.verdict.value}, "
-          f"{len(cert.records)} nodes")
+    print(
+        f"model: vit depth=12, input {tuple(x.shape)}, group {spec.group}: verdict {cert.verdict.value}, "
+        f"{len(cert.records)} nodes"
+    )
     print(f"forward pass:              {forward * 1e3:8.2f} ms")
     certify_cpu = cpu_of(lambda: certify(model, x, spec.group))
-    print(f"certify:                   {certify_time * 1e3:8.2f} ms  ({certify_time / forward:.1f}x a forward pass)")
+    print(
+        f"certify:                   {certify_time * 1e3:8.2f} ms  ({certify_time / forward:.1f}x a forward pass)"
+    )
     print(f"certify, CPU time:         {certify_cpu * 1e3:8.2f} ms")
-    print(f"certify(..., verify=True): {verify_time * 1e3:8.2f} ms  ({verify_time / forward:.1f}x a forward pass)")
-    print("target: certify <= 2 s:", "met" if certify_time <= 2.0 else "NOT met", "(wall);",
-          "met" if certify_cpu <= 2.0 else "NOT met", "(CPU)")
+    print(
+        f"certify(..., verify=True): {verify_time * 1e3:8.2f} ms  ({verify_time / forward:.1f}x a forward pass)"
+    )
+    print(
+        "target: certify <= 2 s:",
+        "met" if certify_time <= 2.0 else "NOT met",
+        "(wall);",
+        "met" if certify_cpu <= 2.0 else "NOT met",
+        "(CPU)",
+    )
     flat = TorchViT().eval()
     xf = torch.randn(2, 1, 8, 8)
     cert = certify(flat, xf, "translations")
     with torch.no_grad():
         flat_forward = best_of(lambda: flat(xf))
     flat_time = best_of(lambda: certify(flat, xf, "translations"), repeats=3)
-    print(f"torch-only 12-block transformer traced op by op ({len(cert.records)} nodes, verdict {cert.verdict.value}): "
-          f"certify {flat_time * 1e3:.1f} ms ({flat_time / flat_forward:.1f}x a forward pass of {flat_forward * 1e3:.2f} ms)")
+    print(
+        f"torch-only 12-block transformer traced op by op ({len(cert.records)} nodes, verdict {cert.verdict.value}): "
+        f"certify {flat_time * 1e3:.1f} ms ({flat_time / flat_forward:.1f}x a forward pass of {flat_forward * 1e3:.2f} ms)"
+    )
 
 
 if __name__ == "__main__":

@@ -78,7 +78,12 @@ def run_case(
     base = _peak_mib()
     layer_cls = LiftingSelfAttention if kind == "lifting" else GroupSelfAttention
     layer = layer_cls(
-        x.shape[1], channels, "C4", num_heads=heads, head_channels=head_channels, neighbourhood=neighbourhood,
+        x.shape[1],
+        channels,
+        "C4",
+        num_heads=heads,
+        head_dim=head_channels,
+        neighbourhood=neighbourhood,
         query_position=query_position,
     )
 
@@ -120,15 +125,27 @@ def main() -> None:
     parser.add_argument("--case", choices=sorted(CASES))
     parser.add_argument("--head-channels", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--query-position", action="store_true", help="add the content x position term")
+    parser.add_argument(
+        "--query-position", action="store_true", help="add the content x position term"
+    )
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     if args.case:
-        print(json.dumps(run_case(args.case, args.head_channels, args.repeats, args.threads, args.query_position)))
+        print(
+            json.dumps(
+                run_case(
+                    args.case, args.head_channels, args.repeats, args.threads, args.query_position
+                )
+            )
+        )
         return
     term = ", content x position term" if args.query_position else ""
-    print(f"p4, 28x28, 9 heads x {args.head_channels} channels{term}, {args.threads} threads; one process per case")
-    header = f"{'case':18s} {'fwd s':>8s} {'fwd+bwd s':>10s} {'peak fwd MiB':>13s} {'peak f+b MiB':>13s}"
+    print(
+        f"p4, 28x28, 9 heads x {args.head_channels} channels{term}, {args.threads} threads; one process per case"
+    )
+    header = (
+        f"{'case':18s} {'fwd s':>8s} {'fwd+bwd s':>10s} {'peak fwd MiB':>13s} {'peak f+b MiB':>13s}"
+    )
     print(header + f" {'speed-up':>9s} {'mem ratio':>10s}")
     for name in CASES:
         cmd = [sys.executable, __file__, "--case", name, "--head-channels", str(args.head_channels)]

@@ -83,7 +83,9 @@ def _run(make: Callable[[], PermutationGroup]) -> dict[str, float | int]:
 
 def _best(make: Callable[[], PermutationGroup]) -> dict[str, float | int]:
     runs = [_run(make) for _ in range(REPEATS)]
-    return {k: min(r[k] for r in runs) if isinstance(runs[0][k], float) else runs[0][k] for k in runs[0]}
+    return {
+        k: min(r[k] for r in runs) if isinstance(runs[0][k], float) else runs[0][k] for k in runs[0]
+    }
 
 
 def main() -> None:

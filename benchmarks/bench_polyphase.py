@@ -22,7 +22,10 @@ def _best_median_ms(statements: dict[str, str], env: dict[str, object]) -> dict[
 
     The minimum is the least contention-sensitive estimate on a shared machine.
     """
-    timers = {name: benchmark.Timer(stmt=stmt, globals=env, num_threads=1) for name, stmt in statements.items()}
+    timers = {
+        name: benchmark.Timer(stmt=stmt, globals=env, num_threads=1)
+        for name, stmt in statements.items()
+    }
     for timer in timers.values():
         timer.timeit(5)  # warm-up
     best = {name: float("inf") for name in statements}
@@ -40,7 +43,11 @@ def main() -> None:
     print("-" * 90)
     for stride in (2, 4):
         env = {
-            "torch": torch, "x": x, "s": stride, "anchor": polyphase_anchor, "norms": polyphase_norms,
+            "torch": torch,
+            "x": x,
+            "s": stride,
+            "anchor": polyphase_anchor,
+            "norms": polyphase_norms,
             "down": AdaptivePolyphaseDownsample(stride),
         }
         statements = {

@@ -16,8 +16,11 @@ from groupattn.models import create
 
 def _best_ms(model: torch.nn.Module, x: torch.Tensor) -> float:
     """The mean of 5 forward passes, in ms (call repeatedly and keep the minimum)."""
-    timer = benchmark.Timer(stmt="with torch.no_grad(): model(x)", globals={"model": model, "x": x, "torch": torch},
-                            num_threads=1)
+    timer = benchmark.Timer(
+        stmt="with torch.no_grad(): model(x)",
+        globals={"model": model, "x": x, "torch": torch},
+        num_threads=1,
+    )
     return timer.timeit(5).mean * 1e3
 
 
@@ -26,7 +29,9 @@ def main(batch: int = 32) -> None:
     torch.manual_seed(0)
     x = torch.randn(batch, 1, 32, 32)
     print(f"batch {batch}, input 1x32x32, one thread")
-    print(f"{'model':<6} | {'params eq/base':>15} | {'equivariant ms':>14} | {'baseline ms':>11} | ratio")
+    print(
+        f"{'model':<6} | {'params eq/base':>15} | {'equivariant ms':>14} | {'baseline ms':>11} | ratio"
+    )
     print("-" * 66)
     for name in ("vit", "swin", "twins"):
         equivariant, baseline = create(name).eval(), create(name, equivariant=False).eval()
@@ -38,7 +43,9 @@ def main(batch: int = 32) -> None:
             times_eq.append(_best_ms(equivariant, x))
             times_base.append(_best_ms(baseline, x))
         eq_ms, base_ms = min(times_eq), min(times_base)
-        print(f"{name:<6} | {'/'.join(str(p) for p in params):>15} | {eq_ms:14.2f} | {base_ms:11.2f} | {eq_ms / base_ms:.2f}x")
+        print(
+            f"{name:<6} | {'/'.join(str(p) for p in params):>15} | {eq_ms:14.2f} | {base_ms:11.2f} | {eq_ms / base_ms:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -34,13 +34,13 @@ class TinyClassifier(nn.Module):
 
     def __init__(self, positional: str = "conv", dim: int = 16, size: int = 16) -> None:
         super().__init__()
-        self.embed = PatchEmbedding(1, dim, patch=4, image_size=(size, size), anchored=True)
+        self.embed = PatchEmbedding(1, dim, patch_size=4, image_size=(size, size), anchored=True)
         grid = self.embed.grid
         if positional == "absolute":
             self.position: nn.Module = AbsolutePositionalEncoding(dim, grid)
         else:
             self.position = ConvPositionalEncoding(dim, grid)
-        self.attention = GlobalSelfAttention(dim, heads=2, grid=grid, bias="circulant")
+        self.attention = GlobalSelfAttention(dim, num_heads=2, grid=grid, bias="circulant")
         self.pool = MeanPooling(grid)
         self.head = nn.Linear(dim, 10)
 
@@ -70,7 +70,9 @@ class FrameMixing(nn.Module):
 
 def main(argv: list[str] | None = None) -> dict[str, str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer group elements in the numerical check")
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer group elements in the numerical check"
+    )
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     x = torch.rand(2, 1, 16, 16)

@@ -46,7 +46,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     x = torch.randn(2 if args.quick else 8, 6, 16, dtype=torch.float64)
     # every one of the 12 elements, in float64: tolerance 1e-10 (DESIGN.md)
     report = assert_equivariant(layer, x, hexagon)
-    print(f"orbital bias:  max error over all {len(report.errors)} elements = {report.max_error:.1e}")
+    print(
+        f"orbital bias:  max error over all {len(report.errors)} elements = {report.max_error:.1e}"
+    )
     bad = equivariance_error(broken, x, hexagon)
     print(
         f"per-pair bias: max error = {bad.max_error:.1e} "

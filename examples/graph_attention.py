@@ -54,26 +54,39 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         group = graph_automorphism_group(graph)
         nodes = GSet.natural(group)
         distance = shortest_path_distances(graph)
-        print(f"\n== {name}: {graph.number_of_nodes()} nodes, |Aut| = {group.order()}, "
-              f"{nodes.num_orbitals()} orbitals on node pairs")
+        print(
+            f"\n== {name}: {graph.number_of_nodes()} nodes, |Aut| = {group.order()}, "
+            f"{nodes.num_orbitals()} orbitals on node pairs"
+        )
         orbitals = nodes.orbitals()
-        per_orbital = [sorted({int(d) for d in distance[orbitals == k].tolist()}) for k in range(nodes.num_orbitals())]
+        per_orbital = [
+            sorted({int(d) for d in distance[orbitals == k].tolist()})
+            for k in range(nodes.num_orbitals())
+        ]
         print(f"shortest-path distance on each orbital: {per_orbital}")
-        spd = ContinuousOrbitalBias(nodes, heads=2, invariant_fn=distance, init_std=1.0)  # or f(i, j) -> (N, N)
+        spd = ContinuousOrbitalBias(
+            nodes, num_heads=2, invariant_fn=distance, init_std=1.0
+        )  # or f(i, j) -> (N, N)
         models = {
             "orbital": TransformerBlock(16, OrbitalAttention(16, 2, nodes, bias_init_std=1.0)),
             "distance MLP": TransformerBlock(16, OrbitalAttention(16, 2, nodes, bias=spd)),
-            "pairwise": TransformerBlock(16, OrbitalAttention(16, 2, nodes, bias="pairwise", bias_init_std=1.0)),
+            "pairwise": TransformerBlock(
+                16, OrbitalAttention(16, 2, nodes, bias="pairwise", bias_init_std=1.0)
+            ),
         }
         x = torch.randn(2 if args.quick else 4, graph.number_of_nodes(), 16, dtype=torch.float64)
         for label, model in models.items():
             model = model.double()
             if label == "pairwise":
                 report = equivariance_error(model, x, group)
-                print(f"{label:>13}: max error = {report.max_error:.1e}; contract: {model.contract(group).kind.value}")
+                print(
+                    f"{label:>13}: max error = {report.max_error:.1e}; contract: {model.contract(group).kind.value}"
+                )
             else:
                 report = assert_equivariant(model, x, group)  # every automorphism
-                print(f"{label:>13}: max error over all {len(report.errors)} automorphisms = {report.max_error:.1e}")
+                print(
+                    f"{label:>13}: max error over all {len(report.errors)} automorphisms = {report.max_error:.1e}"
+                )
             errors[f"{name} {label}"] = report.max_error
     return errors
 

@@ -32,7 +32,9 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny data, one epoch")
     parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--limit", type=int, default=None, help="training samples (default: all 1,348)")
+    parser.add_argument(
+        "--limit", type=int, default=None, help="training samples (default: all 1,348)"
+    )
     parser.add_argument("--model", default="gsa" if "gsa" in list_models() else "group_vit")
     args = parser.parse_args(argv)
 
@@ -49,14 +51,20 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         torch.manual_seed(0)
         model = create(args.model, equivariant=equivariant)
         lr = get_spec(args.model).learning_rate
-        train(model, data, TrainConfig(epochs=epochs, batch_size=32, lr=lr, progress=not args.quick))
+        train(
+            model, data, TrainConfig(epochs=epochs, batch_size=32, lr=lr, progress=not args.quick)
+        )
         by_angle = accuracy_by_rotation(model, test_x, test_y)
         consistency = rotation_consistency(model, test_x)
         check = check_classifier(model, test_x[:2], group, count=6)
-        results[name] = {"rotation_consistency": consistency, "equivariance_error": check.max_error,
-                         **{f"accuracy_{k}": v for k, v in by_angle.items()}}
+        results[name] = {
+            "rotation_consistency": consistency,
+            "equivariance_error": check.max_error,
+            **{f"accuracy_{k}": v for k, v in by_angle.items()},
+        }
         print(
-            f"{name:22s} " + "  ".join(f"{k:3d}° {100 * v:6.2f}%" for k, v in by_angle.items())
+            f"{name:22s} "
+            + "  ".join(f"{k:3d}° {100 * v:6.2f}%" for k, v in by_angle.items())
             + f"   same prediction in all four orientations {100 * consistency:6.2f}%"
             + f"   max logit change {check.max_error:.1e}"
         )

@@ -59,7 +59,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             cells = GSet.natural(group)
             n = cells.num_points
             block = TransformerBlock(16, OrbitalAttention(16, 2, cells, bias_init_std=1.0)).double()
-            baseline = TransformerBlock(16, OrbitalAttention(16, 2, cells, bias="pairwise", bias_init_std=1.0)).double()
+            baseline = TransformerBlock(
+                16, OrbitalAttention(16, 2, cells, bias="pairwise", bias_init_std=1.0)
+            ).double()
             x = torch.randn(2 if args.quick else 4, n, 16, dtype=torch.float64)
             report = assert_equivariant(block, x, group)  # all 6 or 12 elements
             bad = equivariance_error(baseline, x, group)

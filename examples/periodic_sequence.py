@@ -34,15 +34,19 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     length = 12 if args.quick else 24
     shifts = TorusTranslations(1, length)
     positions = GSet.grid(shifts, 1, length)
-    orbital = OrbitalBias(positions, heads=2)
-    circulant = CirculantRelativeBias((1, length), heads=2)
+    orbital = OrbitalBias(positions, num_heads=2)
+    circulant = CirculantRelativeBias((1, length), num_heads=2)
     same = torch.equal(orbital.orbital_index, circulant.orbital_index)
-    print(f"{length} positions under {length} cyclic shifts: {positions.num_orbitals()} orbitals "
-          f"(circular offsets); same labels as CirculantRelativeBias: {same}")
+    print(
+        f"{length} positions under {length} cyclic shifts: {positions.num_orbitals()} orbitals "
+        f"(circular offsets); same labels as CirculantRelativeBias: {same}"
+    )
     print(f"orbital label of (i, j) for i = 0: {positions.orbitals()[0].tolist()}")
 
     block = TransformerBlock(16, OrbitalAttention(16, 2, positions, bias_init_std=1.0)).double()
-    baseline = TransformerBlock(16, OrbitalAttention(16, 2, positions, bias="pairwise", bias_init_std=1.0)).double()
+    baseline = TransformerBlock(
+        16, OrbitalAttention(16, 2, positions, bias="pairwise", bias_init_std=1.0)
+    ).double()
     print(f"contract: {block.contract(shifts).describe()}")
     x = torch.randn(3, length, 16, dtype=torch.float64)
     report = assert_equivariant(block, x, shifts)  # every shift
@@ -51,9 +55,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     print(f"pairwise bias: max error = {bad.max_error:.1e}")
     # by hand: rolling the sequence rolls the output
     moved = block(torch.roll(x, 5, dims=1))
-    print(f"block(roll(x, 5)) == roll(block(x), 5): {torch.allclose(moved, torch.roll(block(x), 5, dims=1))}")
+    print(
+        f"block(roll(x, 5)) == roll(block(x), 5): {torch.allclose(moved, torch.roll(block(x), 5, dims=1))}"
+    )
     assert GSetField(positions).act(shifts, (0, 5), x).equal(torch.roll(x, 5, dims=1))
-    return {"orbital": report.max_error, "pairwise": bad.max_error, "same_as_circulant": float(same)}
+    return {
+        "orbital": report.max_error,
+        "pairwise": bad.max_error,
+        "same_as_circulant": float(same),
+    }
 
 
 if __name__ == "__main__":

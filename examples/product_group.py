@@ -30,7 +30,11 @@ RING, LAYERS = 4, 3
 def cylinder_permutation(g: GroupElement) -> list[int]:
     """Token ``3·i + l`` moves to ``3·((i + r) mod 4) + (l or 2 − l)``."""
     r, s = g.value
-    return [LAYERS * ((i + r) % RING) + (LAYERS - 1 - layer if s else layer) for i in range(RING) for layer in range(LAYERS)]
+    return [
+        LAYERS * ((i + r) % RING) + (LAYERS - 1 - layer if s else layer)
+        for i in range(RING)
+        for layer in range(LAYERS)
+    ]
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -41,18 +45,26 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     group = DirectProduct(CyclicGroup(RING), CyclicGroup(2))
     tokens = GSet(group, RING * LAYERS, cylinder_permutation, name="C4xC2 on a 4x3 cylinder")
-    print(f"{group.name}: order {group.order()}; {tokens.num_points} tokens in {tokens.num_orbits()} orbits "
-          f"{tokens.orbits().tolist()}; {tokens.num_orbitals()} orbitals on pairs")
+    print(
+        f"{group.name}: order {group.order()}; {tokens.num_points} tokens in {tokens.num_orbits()} orbits "
+        f"{tokens.orbits().tolist()}; {tokens.num_orbitals()} orbitals on pairs"
+    )
     x = torch.randn(2 if args.quick else 4, tokens.num_points, 16, dtype=torch.float64)
     moved = GSetField(tokens).act(group, (1, 1), x)
-    print(f"(1, 1) sends token 0 (position 0, layer 0) to token {cylinder_permutation(group.element((1, 1)))[0]}: "
-          f"{torch.equal(moved[:, 5], x[:, 0])}")
+    print(
+        f"(1, 1) sends token 0 (position 0, layer 0) to token {cylinder_permutation(group.element((1, 1)))[0]}: "
+        f"{torch.equal(moved[:, 5], x[:, 0])}"
+    )
 
     block = TransformerBlock(16, OrbitalAttention(16, 2, tokens, bias_init_std=1.0)).double()
-    baseline = TransformerBlock(16, OrbitalAttention(16, 2, tokens, bias="pairwise", bias_init_std=1.0)).double()
+    baseline = TransformerBlock(
+        16, OrbitalAttention(16, 2, tokens, bias="pairwise", bias_init_std=1.0)
+    ).double()
     report = assert_equivariant(block, x, group)  # all 8 elements
     bad = equivariance_error(baseline, x, group)
-    print(f"orbital bias:  max error over all {len(report.errors)} elements = {report.max_error:.1e}")
+    print(
+        f"orbital bias:  max error over all {len(report.errors)} elements = {report.max_error:.1e}"
+    )
     print(f"pairwise bias: max error = {bad.max_error:.1e}")
     return {"orbital": report.max_error, "pairwise": bad.max_error}
 

@@ -31,7 +31,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     baseline = create("vit", equivariant=False)
     x = torch.rand(2, *spec.input_shape)  # a batch of two 1x32x32 images
     group = TorusTranslations(32, 32)  # every circular shift of a 32x32 image
-    shifts = [(1, 0), (0, 3), (7, 13)] if args.quick else [(1, 0), (0, 1), (3, 5), (7, 13), (16, 16), (31, 2)]
+    shifts = (
+        [(1, 0), (0, 3), (7, 13)]
+        if args.quick
+        else [(1, 0), (0, 1), (3, 5), (7, 13), (16, 16), (31, 2)]
+    )
 
     errors: dict[str, float] = {}
     for name, network in [("equivariant ViT", model), ("baseline ViT", baseline)]:
@@ -40,7 +44,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         print(certificate.summary())
         report = verify(network, x, group, shifts)
         errors[name] = report.max_error
-        print(f"measured: max relative change of the logits under {len(shifts)} shifts = {report.max_error:.1e}")
+        print(
+            f"measured: max relative change of the logits under {len(shifts)} shifts = {report.max_error:.1e}"
+        )
 
     # by hand: a circular shift of the input leaves the equivariant model's logits unchanged
     shifted = torch.roll(x, shifts=(5, -3), dims=(-2, -1))

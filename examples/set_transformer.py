@@ -35,7 +35,10 @@ def random_permutations(group: SymmetricGroup, count: int, seed: int = 0) -> lis
     samples; the group is never listed.
     """
     gen = torch.Generator().manual_seed(seed)
-    sampled = [GroupElement(group, tuple(torch.randperm(group.n, generator=gen).tolist())) for _ in range(count)]
+    sampled = [
+        GroupElement(group, tuple(torch.randperm(group.n, generator=gen).tolist()))
+        for _ in range(count)
+    ]
     return [*group.generators(), *sampled]
 
 
@@ -49,7 +52,12 @@ class SetTransformer(nn.Module):
     def __init__(self, points: GSet, dim: int = 16, heads: int = 2, bias: str = "orbital") -> None:
         super().__init__()
         self.blocks = nn.Sequential(
-            *[TransformerBlock(dim, OrbitalAttention(dim, heads, points, bias=bias, bias_init_std=1.0)) for _ in range(2)]
+            *[
+                TransformerBlock(
+                    dim, OrbitalAttention(dim, heads, points, bias=bias, bias_init_std=1.0)
+                )
+                for _ in range(2)
+            ]
         )
         self.field = GSetField(points)
 
@@ -80,20 +88,28 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         elements = random_permutations(group, count, seed=n)
         report = assert_equivariant(model, x, group, elements=elements)
         errors[f"S{n}"] = report.max_error
-        print(f"orbital bias:  max error over {len(elements)} permutations = {report.max_error:.1e}")
+        print(
+            f"orbital bias:  max error over {len(elements)} permutations = {report.max_error:.1e}"
+        )
         # readout: the mean over the set is invariant
         pool = MeanPooling()
         print(f"mean pooling:  {pool.contract(group, GSetField(points)).describe()}")
         readout = nn.Sequential(model, pool)  # (B, n, 16) -> (B, 16)
         pooled = assert_equivariant(
-            readout, x, group, elements=elements,
-            input_type=GSetField(points), output_type=pool.contract(group, GSetField(points)).output_type,
+            readout,
+            x,
+            group,
+            elements=elements,
+            input_type=GSetField(points),
+            output_type=pool.contract(group, GSetField(points)).output_type,
         )
         errors[f"S{n} pooled"] = pooled.max_error
         print(f"pooled output: max change = {pooled.max_error:.1e}")
         bad = equivariance_error(baseline, x, group, elements=elements)
         errors[f"S{n} pairwise"] = bad.max_error
-        print(f"pairwise bias: max error = {bad.max_error:.1e}; contract: {baseline.contract(group).reason}")
+        print(
+            f"pairwise bias: max error = {bad.max_error:.1e}; contract: {baseline.contract(group).reason}"
+        )
     return errors
 
 

@@ -47,7 +47,9 @@ CELLS = sorted((q, r, -q - r) for q in (-1, 0, 1) for r in (-1, 0, 1) if abs(q +
 INDEX = {c: i for i, c in enumerate(CELLS)}
 ROTATE = [INDEX[(-r, -s, -q)] for q, r, s in CELLS]  # 60° rotation of the cells
 REFLECT = [INDEX[(q, s, r)] for q, r, s in CELLS]
-RING = [i for i, c in enumerate(CELLS) if c != (0, 0, 0)]  # the 6 neighbours of the centre = 6 directions
+RING = [
+    i for i, c in enumerate(CELLS) if c != (0, 0, 0)
+]  # the 6 neighbours of the centre = 6 directions
 
 
 def direction_representation(group: PermutationGroup) -> PermutationRepresentation:
@@ -74,7 +76,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     c6 = PermutationGroup([ROTATE], name="C6")
     d6 = PermutationGroup([ROTATE, REFLECT], name="D6")
     # 4 invariant scalars and 2 values per orientation; or one value per direction
-    orientations = DirectSumRepresentation([TrivialRepresentation(4), RegularRepresentation(c6, multiplicity=2)])
+    orientations = DirectSumRepresentation(
+        [TrivialRepresentation(4), RegularRepresentation(c6, multiplicity=2)]
+    )
     cases: dict[str, tuple[PermutationGroup, Representation]] = {
         "C6 orientations": (c6, orientations),
         "D6 directions": (d6, direction_representation(d6)),
@@ -90,10 +94,16 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         bad = equivariance_error(plain, x, group, input_type=field, output_type=field)
         errors[name] = report.max_error
         errors[f"{name} plain"] = bad.max_error
-        print(f"\n== {name}: {rep!r} on each of {cells.num_points} cells; {layer.contract(group).describe()}")
-        print(f"invariant features per token: {layer.invariant_basis.shape[0]} (+ norm: {layer.use_norm}); "
-              f"intertwiner basis of the values: {layer.value_basis.shape[0]} maps")
-        print(f"equivariant values: max error over all {len(report.errors)} elements = {report.max_error:.1e}")
+        print(
+            f"\n== {name}: {rep!r} on each of {cells.num_points} cells; {layer.contract(group).describe()}"
+        )
+        print(
+            f"invariant features per token: {layer.invariant_basis.shape[0]} (+ norm: {layer.use_norm}); "
+            f"intertwiner basis of the values: {layer.value_basis.shape[0]} maps"
+        )
+        print(
+            f"equivariant values: max error over all {len(report.errors)} elements = {report.max_error:.1e}"
+        )
         print(f"plain linear values: max error = {bad.max_error:.1e}")
     return errors
 

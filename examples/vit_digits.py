@@ -40,12 +40,20 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         name = "shift-equivariant ViT" if equivariant else "baseline ViT"
         torch.manual_seed(0)
         model = create("vit", equivariant=equivariant)
-        train(model, data, TrainConfig(epochs=epochs, batch_size=32, lr=5e-3, progress=not args.quick))
+        train(
+            model, data, TrainConfig(epochs=epochs, batch_size=32, lr=5e-3, progress=not args.quick)
+        )
         test_x, test_y = data.test_images, data.test_labels
         if args.quick:
             test_x, test_y = test_x[:16], test_y[:16]
-        report = evaluate(model, test_x, test_y, max_shift=8, distances=(0, 8) if args.quick else (0, 1, 2, 4, 8, 16))
-        check = check_classifier(model, test_x[:2 if args.quick else 4], group)
+        report = evaluate(
+            model,
+            test_x,
+            test_y,
+            max_shift=8,
+            distances=(0, 8) if args.quick else (0, 1, 2, 4, 8, 16),
+        )
+        check = check_classifier(model, test_x[: 2 if args.quick else 4], group)
         results[name] = {
             "accuracy": report.accuracy,
             "shifted_accuracy": report.shifted_accuracy,
@@ -57,9 +65,10 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
             f"same prediction after a shift {100 * report.shift_consistency:6.2f}%   "
             f"max logit change {check.max_error:.1e}"
         )
-        print("  accuracy by shift distance: " + ", ".join(
-            f"{d}px {100 * a:.1f}%" for d, a in report.accuracy_by_shift.items()
-        ))
+        print(
+            "  accuracy by shift distance: "
+            + ", ".join(f"{d}px {100 * a:.1f}%" for d, a in report.accuracy_by_shift.items())
+        )
     return results
 
 

@@ -42,6 +42,27 @@ def _cmd_groups(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+_EPILOG = """exit codes, common to every subcommand (each one's --help lists its own as well):
+  0    success
+  1    a crash: one line on stderr (--debug prints the traceback)
+  2    a user error, found before any work: one line naming what was expected and what was given
+  130  interrupted (Ctrl-C); no partial output file is left behind
+  3-5  groupattn check: broken, unverified, disagreement; groupattn train/demo: 3 = a missing optional extra
+
+also runs as `python -m groupattn`."""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("groupattn")
+    except PackageNotFoundError:  # pragma: no cover - a source tree that is not installed
+        from . import __version__
+
+        return str(__version__)
+
+
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line on stderr (exit code 2, no usage dump)."""
 
@@ -57,8 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     ``groupattn demo`` theirs in their ``--help`` (3: ``--data`` needs an optional extra
     that is not installed).
     """
-    parser = _Parser(prog="groupattn", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(
+        prog="groupattn", description=__doc__, epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"groupattn {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p = sub.add_parser("groups", help="list the built-in groups; --check verifies their axioms")
     p.add_argument("--check", action="store_true", help="verify group axioms and action laws")
     p.set_defaults(func=_cmd_groups)
@@ -71,7 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``groupattn`` command; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print(f"groupattn {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,6 +12,7 @@ promised equivariance for every value of the parameters.
 
 A second table lists genuinely equivariant networks that the checker calls *broken*.
 """
+
 import copy
 import warnings
 
@@ -38,11 +39,13 @@ TOL = 1e-6
 # --------------------------------------------------------------------------- oracle
 def grid_act(name, gv, x):
     """g . x for the built-in groups (checked against GridField().act for all elements)."""
+
     def point(t, h):
         r, m = h % 4, h // 4
         if m:
             t = torch.flip(t, (-1,))
         return torch.rot90(t, r, (-2, -1))
+
     if name == "translations":
         return torch.roll(x, gv, (-2, -1))
     if name in ("c4", "d4"):
@@ -55,8 +58,17 @@ def rel(a, b):
     return ((a - b).norm() / (b.norm() + 1e-300)).item()
 
 
-def oracle(model, x, group="translations", invariant=False, act=None, elements=None,
-           grad=False, train=False, copy_model=True):
+def oracle(
+    model,
+    x,
+    group="translations",
+    invariant=False,
+    act=None,
+    elements=None,
+    grad=False,
+    train=False,
+    copy_model=True,
+):
     """max over elements of ||f(g x) - g f(x)|| / ||g f(x)|| in float64 (every tensor output)."""
     m = copy.deepcopy(model) if copy_model else model
     m = m.double()
@@ -91,8 +103,9 @@ def self_test():
     x = torch.randn(2, 3, 8, 8)
     for name in ["translations", "c4", "d4", "p4", "p4m"]:
         G = group_from_name(name, x.shape)
-        assert all(torch.equal(GridField().act(G, g, x), grid_act(name, g.value, x))
-                   for g in G.elements()), name
+        assert all(
+            torch.equal(GridField().act(G, g, x), grid_act(name, g.value, x)) for g in G.elements()
+        ), name
 
 
 # --------------------------------------------------------------------------- cases
@@ -103,6 +116,7 @@ def case(cause):
     def deco(fn):
         CASES.append((cause, fn))
         return fn
+
     return deco
 
 
@@ -124,6 +138,7 @@ def verdict_verify(model, x, group, **kw):
 @case("A trace != runtime")
 def python_counter_state():
     """Python-side state (a call counter): the traced call is clean, later calls are not."""
+
     class Warmup(nn.Module):
         def __init__(self):
             super().__init__()
@@ -131,7 +146,8 @@ def python_counter_state():
 
         def forward(self, x):
             self.calls += 1
-            return x if self.calls <= 3 else x.flip(-1)   # e.g. 'switch on after warm-up'
+            return x if self.calls <= 3 else x.flip(-1)  # e.g. 'switch on after warm-up'
+
     m = Warmup()
     v = verdict(m, X, "translations")
     vv = verdict_verify(Warmup(), X, "translations")
@@ -145,6 +161,7 @@ def detects_export():
             if torch.compiler.is_exporting():
                 return x
             return x.cumsum(-1)
+
     m = Sneaky()
     return verdict(m, X, "translations"), verdict_verify(m, X, "translations"), oracle(m, X)
 
@@ -152,6 +169,7 @@ def detects_export():
 @case("A trace != runtime")
 def grad_mode_branch():
     """certify traces with grad disabled; with grad enabled (training) a position table is added."""
+
     class GradBranch(nn.Module):
         def __init__(self):
             super().__init__()
@@ -159,13 +177,19 @@ def grad_mode_branch():
 
         def forward(self, x):
             return x + self.pos if torch.is_grad_enabled() else x
+
     m = GradBranch()
-    return verdict(m, X, "translations"), verdict_verify(m, X, "translations"), oracle(m, X, grad=True)
+    return (
+        verdict(m, X, "translations"),
+        verdict_verify(m, X, "translations"),
+        oracle(m, X, grad=True),
+    )
 
 
 @case("A trace != runtime")
 def train_mode_branch():
     """certify evaluates eval mode only (documented); the train-mode network is broken."""
+
     class TrainOnly(nn.Module):
         def __init__(self):
             super().__init__()
@@ -173,14 +197,20 @@ def train_mode_branch():
 
         def forward(self, x):
             return x + self.pos if self.training else x
+
     m = TrainOnly()
-    return verdict(m, X, "translations"), verdict_verify(m, X, "translations"), oracle(m, X, train=True)
+    return (
+        verdict(m, X, "translations"),
+        verdict_verify(m, X, "translations"),
+        oracle(m, X, train=True),
+    )
 
 
 # B. Buffers / frozen tensors judged by their current value -----------------------------
 @case("B state judged by current value")
 def batchnorm1d_over_pixels():
     """BatchNorm1d(affine=False) over flattened pixels: running stats start uniform (0/1)."""
+
     class Net(nn.Module):
         def __init__(self):
             super().__init__()
@@ -188,6 +218,7 @@ def batchnorm1d_over_pixels():
 
         def forward(self, x):
             return self.bn(x.flatten(1)).view_as(x)
+
     m = Net()
     v, vv = verdict(m, X, "translations"), verdict_verify(m, X, "translations")
     m.train()
@@ -208,6 +239,7 @@ def ema_position_buffer():
                 with torch.no_grad():
                     self.mean.mul_(0.9).add_(0.1 * x.mean(0))
             return x - self.mean
+
     m = EMA()
     v, vv = verdict(m, X, "translations"), verdict_verify(m, X, "translations")
     m.train()
@@ -219,6 +251,7 @@ def ema_position_buffer():
 @case("B state judged by current value")
 def frozen_parameter():
     """A Parameter with requires_grad=False is taken as a constant ('Parameters are treated as free')."""
+
     class Net(nn.Module):
         def __init__(self):
             super().__init__()
@@ -226,9 +259,10 @@ def frozen_parameter():
 
         def forward(self, x):
             return x + self.pos
+
     m = Net()
     v, vv = verdict(m, X, "translations"), verdict_verify(m, X, "translations")
-    m.requires_grad_(True)            # fine-tuning unfreezes it ...
+    m.requires_grad_(True)  # fine-tuning unfreezes it ...
     with torch.no_grad():
         m.pos.add_(torch.randn(3, 8, 8))  # ... and training moves it
     return v, vv, oracle(m, X)
@@ -237,6 +271,7 @@ def frozen_parameter():
 @case("B state judged by current value")
 def buffer_aliasing_parameter():
     """A buffer sharing storage with a trainable Parameter is read as a constant."""
+
     class Net(nn.Module):
         def __init__(self):
             super().__init__()
@@ -245,6 +280,7 @@ def buffer_aliasing_parameter():
 
         def forward(self, x):
             return x + self.pos_view
+
     m = Net()
     v, vv = verdict(m, X, "translations"), verdict_verify(m, X, "translations")
     with torch.no_grad():
@@ -264,8 +300,8 @@ class _Liar(nn.Module):
         return Contract.equivariant(t, t)
 
     def forward(self, x):
-        y = x.cumsum(-1)                                   # no rule -> body "unverified"
-        return y + self.pos if self.with_pos else y        # a break the checker CAN see
+        y = x.cumsum(-1)  # no rule -> body "unverified"
+        return y + self.pos if self.with_pos else y  # a break the checker CAN see
 
 
 class _Wrap(nn.Module):
@@ -305,7 +341,8 @@ class _AnchorNet(nn.Module):
 def hook_on_library_leaf():
     m = _AnchorNet()
     m.anchor.register_forward_hook(
-        lambda mod, args, out: Canonicalized(out.output.flip(-1), out.frame, out.margin))
+        lambda mod, args, out: Canonicalized(out.output.flip(-1), out.frame, out.margin)
+    )
     return verdict(m, X, "translations"), verdict_verify(m, X, "translations"), oracle(m, X)
 
 
@@ -314,8 +351,9 @@ def patched_forward_on_library_leaf():
     """Instance-level forward on a canonicalizer is ignored -- and certify DELETES it."""
     m = _AnchorNet()
     m.anchor.forward = lambda x: Canonicalized(
-        x.flip(-1), torch.zeros(x.shape[0], 2, dtype=torch.long), torch.ones(x.shape[0]))
-    err = oracle(m, X)                       # the user's model, before certify touches it
+        x.flip(-1), torch.zeros(x.shape[0], 2, dtype=torch.long), torch.ones(x.shape[0])
+    )
+    err = oracle(m, X)  # the user's model, before certify touches it
     vv = verdict_verify(m, X, "translations")
     v = verdict(m, X, "translations")
     still = "forward" in m.anchor.__dict__
@@ -359,11 +397,14 @@ def non_generating_generators():
     """User FiniteGroup whose generators() miss one generator; check_group_axioms says ok."""
     V = KleinFour([(1, 0)])
     assert check_group_axioms(V).ok
-    corners = GSet(V, 4, lambda g: [2 * (y ^ g.value[0]) + (x ^ g.value[1])
-                                    for y in range(2) for x in range(2)])
+    corners = GSet(
+        V,
+        4,
+        lambda g: [2 * (y ^ g.value[0]) + (x ^ g.value[1]) for y in range(2) for x in range(2)],
+    )
     field = GSetField(corners)
 
-    class XWeights(nn.Module):   # weights depend on the x coordinate of the corner
+    class XWeights(nn.Module):  # weights depend on the x coordinate of the corner
         def forward(self, t):
             return t * torch.tensor([1.0, 2.0, 1.0, 2.0], dtype=t.dtype)[:, None]
 
@@ -372,17 +413,21 @@ def non_generating_generators():
         out = torch.empty_like(t)
         out[:, perm] = t
         return out
+
     xt = torch.randn(2, 4, 3)
     m = XWeights()
-    return (verdict(m, xt, V, input_type=field),
-            verdict_verify(m, xt, V, input_type=field),
-            oracle(m, xt, V, act=act, elements=V.elements()))
+    return (
+        verdict(m, xt, V, input_type=field),
+        verdict_verify(m, xt, V, input_type=field),
+        oracle(m, xt, V, act=act, elements=V.elements()),
+    )
 
 
 # E. Documented exceptions the verdict word hides -------------------------------------
 @case("E canonicalizer ties/frames")
 def manufactured_ties():
     """The network itself creates exact polyphase ties on EVERY input; verify excuses them."""
+
     class Tie(nn.Module):
         def __init__(self):
             super().__init__()
@@ -390,9 +435,10 @@ def manufactured_ties():
             self.up = AdaptivePolyphaseUpsample(2)
 
         def forward(self, x):
-            y = torch.cat([x, x.roll(1, -1)], 1)   # phases (py,0) and (py,1) have equal norms
+            y = torch.cat([x, x.roll(1, -1)], 1)  # phases (py,0) and (py,1) have equal norms
             c = self.down(y)
             return self.up(c.output, c.frame)
+
     m = Tie()
     return verdict(m, X, "translations"), verdict_verify(m, X, "translations"), oracle(m, X)
 
@@ -400,6 +446,7 @@ def manufactured_ties():
 @case("E canonicalizer ties/frames")
 def output_left_in_frame():
     """Status 'equivariant' although only equivariant up to a data-dependent shift (output_frame)."""
+
     class A(nn.Module):
         def __init__(self):
             super().__init__()
@@ -407,9 +454,15 @@ def output_left_in_frame():
 
         def forward(self, x):
             return self.a(x).output
+
     m = A()
     c = certify(m, X, "translations")
-    return c.verdict.value, verdict_verify(m, X, "translations"), oracle(m, X), f"output_frame={c.output_frame}"
+    return (
+        c.verdict.value,
+        verdict_verify(m, X, "translations"),
+        oracle(m, X),
+        f"output_frame={c.output_frame}",
+    )
 
 
 # --------------------------------------------------------------------------- genuine, called broken
@@ -417,6 +470,7 @@ def _fn(f):
     class M(nn.Module):
         def forward(self, x):
             return f(x)
+
     return M()
 
 
@@ -427,18 +481,30 @@ class _TwoAnchors(nn.Module):
         self.u = PolyphaseUnanchor()
 
     def forward(self, x):
-        c, d = self.a(x), self.a(2 * x)          # same frames, always
+        c, d = self.a(x), self.a(2 * x)  # same frames, always
         return self.u(c.output + d.output, c.frame)
 
 
 GENUINE = [
-    ("sum over W then mean over H (c4, invariant)",
-     _fn(lambda x: x.sum(dim=3, keepdim=True).mean((-2, -1))), "c4", True),
+    (
+        "sum over W then mean over H (c4, invariant)",
+        _fn(lambda x: x.sum(dim=3, keepdim=True).mean((-2, -1))),
+        "c4",
+        True,
+    ),
     ("amax(-1).amax(-1) (c4, invariant)", _fn(lambda x: x.amax(-1).amax(-1)), "c4", True),
-    ("sort(-1).values then mean (c4, invariant)",
-     _fn(lambda x: x.sort(-1).values.mean((-2, -1))), "c4", True),
-    ("4-neighbour sum via rolls (p4)",
-     _fn(lambda x: x.roll(1, -1) + x.roll(-1, -1) + x.roll(1, -2) + x.roll(-1, -2)), "p4", False),
+    (
+        "sort(-1).values then mean (c4, invariant)",
+        _fn(lambda x: x.sort(-1).values.mean((-2, -1))),
+        "c4",
+        True,
+    ),
+    (
+        "4-neighbour sum via rolls (p4)",
+        _fn(lambda x: x.roll(1, -1) + x.roll(-1, -1) + x.roll(1, -2) + x.roll(-1, -2)),
+        "p4",
+        False,
+    ),
     ("anchor(x).output + anchor(2x).output, unanchored", _TwoAnchors(), "translations", False),
 ]
 
@@ -448,7 +514,9 @@ def main():
     torch.manual_seed(0)
     self_test()
     X = torch.randn(2, 3, 8, 8)
-    print(f"{'cause':30s} {'case':34s} {'certify':12s} {'verify=True':12s} {'oracle err':>10s}  result")
+    print(
+        f"{'cause':30s} {'case':34s} {'certify':12s} {'verify=True':12s} {'oracle err':>10s}  result"
+    )
     n_false = 0
     for cause, fn in CASES:
         torch.manual_seed(0)
@@ -461,15 +529,19 @@ def main():
         extra = r[3] if len(r) > 3 else ""
         false = v in ("equivariant", "invariant") and err > TOL
         n_false += false
-        print(f"{cause:30s} {fn.__name__:34s} {v:12s} {vv:12s} {err:10.2e}  "
-              f"{'FALSE CERTIFICATE' if false else 'ok'} {extra}")
+        print(
+            f"{cause:30s} {fn.__name__:34s} {v:12s} {vv:12s} {err:10.2e}  "
+            f"{'FALSE CERTIFICATE' if false else 'ok'} {extra}"
+        )
     print(f"\n{n_false} false certificates out of {len(CASES)} cases\n")
     print(f"{'genuine network':55s} {'group':13s} {'certify':10s} {'oracle err':>10s}")
     for name, m, group, inv in GENUINE:
         v = verdict(m, X, group)
         err = oracle(m, X, group, invariant=inv)
-        print(f"{name:55s} {group:13s} {v:10s} {err:10.2e}"
-              f"  {'WRONGLY BROKEN' if v == 'broken' and err < 1e-9 else ''}")
+        print(
+            f"{name:55s} {group:13s} {v:10s} {err:10.2e}"
+            f"  {'WRONGLY BROKEN' if v == 'broken' and err < 1e-9 else ''}"
+        )
 
 
 if __name__ == "__main__":

@@ -350,49 +350,182 @@ def circular_maxpool(x: torch.Tensor) -> torch.Tensor:
 def paired_cumsum(x: torch.Tensor) -> torch.Tensor:
     # cumulative sums in all four directions along both axes: every rotation/reflection
     # maps the set of four onto itself
-    return (x.cumsum(-1) + x.flip(-1).cumsum(-1).flip(-1) + x.cumsum(-2) + x.flip(-2).cumsum(-2).flip(-2))
+    return (
+        x.cumsum(-1)
+        + x.flip(-1).cumsum(-1).flip(-1)
+        + x.cumsum(-2)
+        + x.flip(-2).cumsum(-2).flip(-2)
+    )
 
 
 PER_AXIS = [
     # broken
     ZooCase("pa-softmax-last-c4", "per-axis", lambda: Fn(softmax_last), T8, "c4", "not-certified"),
-    ZooCase("pa-nn-softmax-dim-2-d4", "per-axis", lambda: nn.Softmax(dim=-2), T8, "d4", "not-certified"),
-    ZooCase("pa-normalize-last-d4", "per-axis", lambda: Fn(normalize_last), T8, "d4", "not-certified"),
-    ZooCase("pa-layernorm-8-p4", "per-axis", lambda: nn.LayerNorm(8, elementwise_affine=False), T8, "p4", "not-certified"),
-    ZooCase("pa-gram-mean-c4", "per-axis", lambda: Fn(gram_mean), T8, "c4", "not-certified",
-            note="sum of squared column sums: rotations turn columns into rows"),
-    ZooCase("pa-axial-attention-p4", "per-axis", lambda: Fn(axial_attention), T8, "p4", "not-certified"),
-    ZooCase("pa-maxpool-3x1-c4", "per-axis", lambda: nn.MaxPool2d((3, 1), 1, (1, 0)), T8, "c4", "not-certified"),
-    ZooCase("pa-avgpool-1x2-c4", "per-axis", lambda: seq(nn.AvgPool2d((1, 2)), SquareMean()), T8, "c4", "not-certified"),
-    ZooCase("pa-avgpool-1x2-raw-c4", "per-axis", lambda: nn.AvgPool2d((1, 2)), T8, "c4", "not-certified",
-            note="an 8x4 output cannot rotate with the input"),
-    ZooCase("pa-dilated-maxpool-c4", "per-axis", lambda: nn.MaxPool2d(3, 1, padding=(1, 0), dilation=(2, 1)), T8, "c4", "not-certified"),
-    ZooCase("pa-dilated-maxpool-fn-c4", "per-axis", lambda: Fn(dilated_maxpool_w), T8, "c4", "not-certified"),
+    ZooCase(
+        "pa-nn-softmax-dim-2-d4", "per-axis", lambda: nn.Softmax(dim=-2), T8, "d4", "not-certified"
+    ),
+    ZooCase(
+        "pa-normalize-last-d4", "per-axis", lambda: Fn(normalize_last), T8, "d4", "not-certified"
+    ),
+    ZooCase(
+        "pa-layernorm-8-p4",
+        "per-axis",
+        lambda: nn.LayerNorm(8, elementwise_affine=False),
+        T8,
+        "p4",
+        "not-certified",
+    ),
+    ZooCase(
+        "pa-gram-mean-c4",
+        "per-axis",
+        lambda: Fn(gram_mean),
+        T8,
+        "c4",
+        "not-certified",
+        note="sum of squared column sums: rotations turn columns into rows",
+    ),
+    ZooCase(
+        "pa-axial-attention-p4", "per-axis", lambda: Fn(axial_attention), T8, "p4", "not-certified"
+    ),
+    ZooCase(
+        "pa-maxpool-3x1-c4",
+        "per-axis",
+        lambda: nn.MaxPool2d((3, 1), 1, (1, 0)),
+        T8,
+        "c4",
+        "not-certified",
+    ),
+    ZooCase(
+        "pa-avgpool-1x2-c4",
+        "per-axis",
+        lambda: seq(nn.AvgPool2d((1, 2)), SquareMean()),
+        T8,
+        "c4",
+        "not-certified",
+    ),
+    ZooCase(
+        "pa-avgpool-1x2-raw-c4",
+        "per-axis",
+        lambda: nn.AvgPool2d((1, 2)),
+        T8,
+        "c4",
+        "not-certified",
+        note="an 8x4 output cannot rotate with the input",
+    ),
+    ZooCase(
+        "pa-dilated-maxpool-c4",
+        "per-axis",
+        lambda: nn.MaxPool2d(3, 1, padding=(1, 0), dilation=(2, 1)),
+        T8,
+        "c4",
+        "not-certified",
+    ),
+    ZooCase(
+        "pa-dilated-maxpool-fn-c4",
+        "per-axis",
+        lambda: Fn(dilated_maxpool_w),
+        T8,
+        "c4",
+        "not-certified",
+    ),
     ZooCase("pa-centre-rows-p4m", "per-axis", lambda: Fn(centre_rows), T8, "p4m", "not-certified"),
     ZooCase("pa-cumsum-c4", "per-axis", lambda: Fn(cumsum_w), T8, "c4", "not-certified"),
     ZooCase("pa-logsumexp-h-c4", "per-axis", lambda: Fn(logsumexp_h), T8, "c4", "not-certified"),
-    ZooCase("pa-conv-1x3-p4", "per-axis", lambda: nn.Conv2d(3, 3, (1, 3), padding=(0, 1), padding_mode="circular"), T8, "p4", "not-certified"),
+    ZooCase(
+        "pa-conv-1x3-p4",
+        "per-axis",
+        lambda: nn.Conv2d(3, 3, (1, 3), padding=(0, 1), padding_mode="circular"),
+        T8,
+        "p4",
+        "not-certified",
+    ),
     ZooCase("pa-std-h-mean-w-c4", "per-axis", lambda: Fn(std_h_mean_w), T8, "c4", "not-certified"),
     # near-misses
-    ZooCase("pa-ok-softmax-both-axes-c4", "per-axis", lambda: Fn(softmax_both_axes), T8, "c4", "certified"),
-    ZooCase("pa-ok-paired-softmax-c4", "per-axis", lambda: Fn(paired_softmax), T8, "c4", "certified",
-            note="softmax over W plus softmax over H: rotations swap the two terms"),
-    ZooCase("pa-ok-paired-softmax-d4", "per-axis", lambda: Fn(paired_softmax), T8, "d4", "certified"),
-    ZooCase("pa-ok-layernorm-8x8-p4", "per-axis", lambda: nn.LayerNorm([8, 8], elementwise_affine=False), T8, "p4", "certified"),
-    ZooCase("pa-ok-normalize-spatial-d4", "per-axis", lambda: Fn(normalize_spatial), T8, "d4", "certified"),
-    ZooCase("pa-ok-gram-symmetric-c4", "per-axis", lambda: Fn(gram_symmetric), T8, "c4", "certified"),
-    ZooCase("pa-ok-gram-trace-d4", "per-axis", lambda: Fn(gram_trace), T8, "d4", "certified",
-            note="the diagonal of x xᵀ sums to ‖x‖²"),
+    ZooCase(
+        "pa-ok-softmax-both-axes-c4",
+        "per-axis",
+        lambda: Fn(softmax_both_axes),
+        T8,
+        "c4",
+        "certified",
+    ),
+    ZooCase(
+        "pa-ok-paired-softmax-c4",
+        "per-axis",
+        lambda: Fn(paired_softmax),
+        T8,
+        "c4",
+        "certified",
+        note="softmax over W plus softmax over H: rotations swap the two terms",
+    ),
+    ZooCase(
+        "pa-ok-paired-softmax-d4", "per-axis", lambda: Fn(paired_softmax), T8, "d4", "certified"
+    ),
+    ZooCase(
+        "pa-ok-layernorm-8x8-p4",
+        "per-axis",
+        lambda: nn.LayerNorm([8, 8], elementwise_affine=False),
+        T8,
+        "p4",
+        "certified",
+    ),
+    ZooCase(
+        "pa-ok-normalize-spatial-d4",
+        "per-axis",
+        lambda: Fn(normalize_spatial),
+        T8,
+        "d4",
+        "certified",
+    ),
+    ZooCase(
+        "pa-ok-gram-symmetric-c4", "per-axis", lambda: Fn(gram_symmetric), T8, "c4", "certified"
+    ),
+    ZooCase(
+        "pa-ok-gram-trace-d4",
+        "per-axis",
+        lambda: Fn(gram_trace),
+        T8,
+        "d4",
+        "certified",
+        note="the diagonal of x xᵀ sums to ‖x‖²",
+    ),
     ZooCase("pa-ok-axial-both-p4", "per-axis", lambda: Fn(axial_both), T8, "p4", "certified"),
-    ZooCase("pa-ok-maxpool-3x3-c4", "per-axis", lambda: nn.MaxPool2d(3, 1, 1), T8, "c4", "certified"),
-    ZooCase("pa-ok-avgpool-2-c4", "per-axis", lambda: seq(nn.AvgPool2d(2), SquareMean()), T8, "c4", "certified"),
-    ZooCase("pa-ok-avgpool-2-raw-d4", "per-axis", lambda: nn.AvgPool2d(2), T8, "d4", "certified",
-            note="2x2 cells of an 8x8 grid map onto cells under rotations about the centre"),
-    ZooCase("pa-ok-dilated-maxpool-c4", "per-axis", lambda: nn.MaxPool2d(3, 1, padding=1, dilation=2), T8, "c4", "certified",
-            note="a 6x6 output whose windows are centred symmetrically"),
-    ZooCase("pa-ok-paired-maxpool-c4", "per-axis", lambda: Fn(paired_maxpool), T8, "c4", "certified"),
+    ZooCase(
+        "pa-ok-maxpool-3x3-c4", "per-axis", lambda: nn.MaxPool2d(3, 1, 1), T8, "c4", "certified"
+    ),
+    ZooCase(
+        "pa-ok-avgpool-2-c4",
+        "per-axis",
+        lambda: seq(nn.AvgPool2d(2), SquareMean()),
+        T8,
+        "c4",
+        "certified",
+    ),
+    ZooCase(
+        "pa-ok-avgpool-2-raw-d4",
+        "per-axis",
+        lambda: nn.AvgPool2d(2),
+        T8,
+        "d4",
+        "certified",
+        note="2x2 cells of an 8x8 grid map onto cells under rotations about the centre",
+    ),
+    ZooCase(
+        "pa-ok-dilated-maxpool-c4",
+        "per-axis",
+        lambda: nn.MaxPool2d(3, 1, padding=1, dilation=2),
+        T8,
+        "c4",
+        "certified",
+        note="a 6x6 output whose windows are centred symmetrically",
+    ),
+    ZooCase(
+        "pa-ok-paired-maxpool-c4", "per-axis", lambda: Fn(paired_maxpool), T8, "c4", "certified"
+    ),
     ZooCase("pa-ok-centre-grid-p4m", "per-axis", lambda: Fn(centre_grid), T8, "p4m", "certified"),
-    ZooCase("pa-ok-circular-maxpool-p4", "per-axis", lambda: Fn(circular_maxpool), T8, "p4", "certified"),
+    ZooCase(
+        "pa-ok-circular-maxpool-p4", "per-axis", lambda: Fn(circular_maxpool), T8, "p4", "certified"
+    ),
     ZooCase("pa-ok-paired-cumsum-d4", "per-axis", lambda: Fn(paired_cumsum), T8, "d4", "certified"),
 ]
 
@@ -528,42 +661,254 @@ def amax_positional_full(x: torch.Tensor) -> torch.Tensor:
 
 ARGUMENT_FORMS = [
     # broken
-    ZooCase("af-mean-axis-flatten-translations", "argument-forms", lambda: seq(Fn(mean_axis_flatten), nn.Linear(24, 4)), T8, "translations", "not-certified",
-            note="axis=-1 is one axis, not a full reduction: shifts along H permute the 24 features"),
-    ZooCase("af-amax-axis-flatten-translations", "argument-forms", lambda: seq(Fn(amax_axis_flatten), nn.Linear(24, 4)), T8, "translations", "not-certified"),
-    ZooCase("af-mean-axis-flatten-c4", "argument-forms", lambda: seq(Fn(mean_axis_flatten), nn.Linear(24, 4)), T8, "c4", "not-certified"),
-    ZooCase("af-layer-norm-position-bias", "argument-forms", lambda: Fn(layer_norm_bias, bias=torch.randn(8)), T8, "translations", "not-certified",
-            note="the 4th positional argument is a bias varying along W"),
-    ZooCase("af-layer-norm-position-weight", "argument-forms", lambda: Fn(layer_norm_weight, weight=torch.randn(8)), T8, "translations", "not-certified"),
-    ZooCase("af-sum-positional-keepdim-c4", "argument-forms", lambda: Fn(sum_positional_keepdim), T8, "c4", "not-certified"),
-    ZooCase("af-amax-positional-c4", "argument-forms", lambda: Fn(amax_positional), T8, "c4", "not-certified"),
-    ZooCase("af-softmax-positional-dim-c4", "argument-forms", lambda: Fn(softmax_positional_dim), T8, "c4", "not-certified"),
-    ZooCase("af-normalize-positional-d4", "argument-forms", lambda: Fn(normalize_positional), T8, "d4", "not-certified"),
-    ZooCase("af-vector-norm-kw-c4", "argument-forms", lambda: Fn(vector_norm_kw), T8, "c4", "not-certified"),
-    ZooCase("af-var-mean-h-c4", "argument-forms", lambda: Fn(var_mean_h), T8, "c4", "not-certified"),
-    ZooCase("af-mean-axis-keepdims-c4", "argument-forms", lambda: Fn(mean_axis_keepdims), T8, "c4", "not-certified"),
-    ZooCase("af-layer-norm-kw-c4", "argument-forms", lambda: Fn(layer_norm_kw), T8, "c4", "not-certified"),
-    ZooCase("af-amax-dim-list-c4", "argument-forms", lambda: Fn(amax_dim_list), T8, "c4", "not-certified"),
+    ZooCase(
+        "af-mean-axis-flatten-translations",
+        "argument-forms",
+        lambda: seq(Fn(mean_axis_flatten), nn.Linear(24, 4)),
+        T8,
+        "translations",
+        "not-certified",
+        note="axis=-1 is one axis, not a full reduction: shifts along H permute the 24 features",
+    ),
+    ZooCase(
+        "af-amax-axis-flatten-translations",
+        "argument-forms",
+        lambda: seq(Fn(amax_axis_flatten), nn.Linear(24, 4)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "af-mean-axis-flatten-c4",
+        "argument-forms",
+        lambda: seq(Fn(mean_axis_flatten), nn.Linear(24, 4)),
+        T8,
+        "c4",
+        "not-certified",
+    ),
+    ZooCase(
+        "af-layer-norm-position-bias",
+        "argument-forms",
+        lambda: Fn(layer_norm_bias, bias=torch.randn(8)),
+        T8,
+        "translations",
+        "not-certified",
+        note="the 4th positional argument is a bias varying along W",
+    ),
+    ZooCase(
+        "af-layer-norm-position-weight",
+        "argument-forms",
+        lambda: Fn(layer_norm_weight, weight=torch.randn(8)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "af-sum-positional-keepdim-c4",
+        "argument-forms",
+        lambda: Fn(sum_positional_keepdim),
+        T8,
+        "c4",
+        "not-certified",
+    ),
+    ZooCase(
+        "af-amax-positional-c4",
+        "argument-forms",
+        lambda: Fn(amax_positional),
+        T8,
+        "c4",
+        "not-certified",
+    ),
+    ZooCase(
+        "af-softmax-positional-dim-c4",
+        "argument-forms",
+        lambda: Fn(softmax_positional_dim),
+        T8,
+        "c4",
+        "not-certified",
+    ),
+    ZooCase(
+        "af-normalize-positional-d4",
+        "argument-forms",
+        lambda: Fn(normalize_positional),
+        T8,
+        "d4",
+        "not-certified",
+    ),
+    ZooCase(
+        "af-vector-norm-kw-c4",
+        "argument-forms",
+        lambda: Fn(vector_norm_kw),
+        T8,
+        "c4",
+        "not-certified",
+    ),
+    ZooCase(
+        "af-var-mean-h-c4", "argument-forms", lambda: Fn(var_mean_h), T8, "c4", "not-certified"
+    ),
+    ZooCase(
+        "af-mean-axis-keepdims-c4",
+        "argument-forms",
+        lambda: Fn(mean_axis_keepdims),
+        T8,
+        "c4",
+        "not-certified",
+    ),
+    ZooCase(
+        "af-layer-norm-kw-c4",
+        "argument-forms",
+        lambda: Fn(layer_norm_kw),
+        T8,
+        "c4",
+        "not-certified",
+    ),
+    ZooCase(
+        "af-amax-dim-list-c4",
+        "argument-forms",
+        lambda: Fn(amax_dim_list),
+        T8,
+        "c4",
+        "not-certified",
+    ),
     ZooCase("af-roll-kw-c4", "argument-forms", lambda: Fn(roll_kw_c4), T8, "c4", "not-certified"),
-    ZooCase("af-mean-dim-tuple1-translations", "argument-forms", lambda: seq(Fn(mean_dim_tuple1_flatten), nn.Linear(24, 4)), T8, "translations", "not-certified"),
-    ZooCase("af-einsum-reduce-w-translations", "argument-forms", lambda: seq(Fn(einsum_reduce_w), nn.Linear(24, 4)), T8, "translations", "not-certified"),
-    ZooCase("af-einops-reduce-w-translations", "argument-forms", lambda: seq(Fn(einops_reduce_w), nn.Linear(24, 4)), T8, "translations", "not-certified"),
+    ZooCase(
+        "af-mean-dim-tuple1-translations",
+        "argument-forms",
+        lambda: seq(Fn(mean_dim_tuple1_flatten), nn.Linear(24, 4)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "af-einsum-reduce-w-translations",
+        "argument-forms",
+        lambda: seq(Fn(einsum_reduce_w), nn.Linear(24, 4)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "af-einops-reduce-w-translations",
+        "argument-forms",
+        lambda: seq(Fn(einops_reduce_w), nn.Linear(24, 4)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
     # near-misses
-    ZooCase("af-ok-mean-axis-full-c4", "argument-forms", lambda: seq(Fn(mean_axis_full), nn.Linear(3, 4)), T8, "c4", "certified"),
-    ZooCase("af-ok-amax-axis-full-p4m", "argument-forms", lambda: seq(Fn(amax_axis_full), nn.Linear(3, 4)), T8, "p4m", "certified"),
-    ZooCase("af-ok-layer-norm-grid-p4m", "argument-forms", lambda: Fn(layer_norm_grid), T8, "p4m", "certified"),
-    ZooCase("af-ok-layer-norm-channels-p4m", "argument-forms", lambda: Fn(layer_norm_channels, weight=torch.randn(3), bias=torch.randn(3)), T8, "p4m", "certified"),
-    ZooCase("af-ok-layer-norm-constant-bias-p4m", "argument-forms", lambda: Fn(layer_norm_constant_bias, shift=torch.randn(1)), T8, "p4m", "certified",
-            note="a bias that is the same at every position"),
-    ZooCase("af-ok-softmax-positional-channel-d4", "argument-forms", lambda: Fn(softmax_positional_channel), T8, "d4", "certified"),
-    ZooCase("af-ok-normalize-positional-channel-p4m", "argument-forms", lambda: Fn(normalize_positional_channel), T8, "p4m", "certified"),
-    ZooCase("af-ok-sum-positional-keepdim-full-c4", "argument-forms", lambda: Fn(sum_positional_keepdim_full), T8, "c4", "certified"),
-    ZooCase("af-ok-einsum-reduce-full-p4m", "argument-forms", lambda: seq(Fn(einsum_reduce_full), nn.Linear(3, 4)), T8, "p4m", "certified"),
-    ZooCase("af-ok-einops-reduce-full-p4m", "argument-forms", lambda: seq(Fn(einops_reduce_full), nn.Linear(3, 4)), T8, "p4m", "certified"),
-    ZooCase("af-ok-roll-kw-translations", "argument-forms", lambda: Fn(roll_kw_both), T8, "translations", "certified"),
-    ZooCase("af-ok-centre-dim-list-d4", "argument-forms", lambda: Fn(centre_dim_list), T8, "d4", "certified"),
-    ZooCase("af-ok-var-mean-grid-p4m", "argument-forms", lambda: Fn(var_mean_grid), T8, "p4m", "certified"),
-    ZooCase("af-ok-amax-positional-full-c4", "argument-forms", lambda: Fn(amax_positional_full), T8, "c4", "certified"),
+    ZooCase(
+        "af-ok-mean-axis-full-c4",
+        "argument-forms",
+        lambda: seq(Fn(mean_axis_full), nn.Linear(3, 4)),
+        T8,
+        "c4",
+        "certified",
+    ),
+    ZooCase(
+        "af-ok-amax-axis-full-p4m",
+        "argument-forms",
+        lambda: seq(Fn(amax_axis_full), nn.Linear(3, 4)),
+        T8,
+        "p4m",
+        "certified",
+    ),
+    ZooCase(
+        "af-ok-layer-norm-grid-p4m",
+        "argument-forms",
+        lambda: Fn(layer_norm_grid),
+        T8,
+        "p4m",
+        "certified",
+    ),
+    ZooCase(
+        "af-ok-layer-norm-channels-p4m",
+        "argument-forms",
+        lambda: Fn(layer_norm_channels, weight=torch.randn(3), bias=torch.randn(3)),
+        T8,
+        "p4m",
+        "certified",
+    ),
+    ZooCase(
+        "af-ok-layer-norm-constant-bias-p4m",
+        "argument-forms",
+        lambda: Fn(layer_norm_constant_bias, shift=torch.randn(1)),
+        T8,
+        "p4m",
+        "certified",
+        note="a bias that is the same at every position",
+    ),
+    ZooCase(
+        "af-ok-softmax-positional-channel-d4",
+        "argument-forms",
+        lambda: Fn(softmax_positional_channel),
+        T8,
+        "d4",
+        "certified",
+    ),
+    ZooCase(
+        "af-ok-normalize-positional-channel-p4m",
+        "argument-forms",
+        lambda: Fn(normalize_positional_channel),
+        T8,
+        "p4m",
+        "certified",
+    ),
+    ZooCase(
+        "af-ok-sum-positional-keepdim-full-c4",
+        "argument-forms",
+        lambda: Fn(sum_positional_keepdim_full),
+        T8,
+        "c4",
+        "certified",
+    ),
+    ZooCase(
+        "af-ok-einsum-reduce-full-p4m",
+        "argument-forms",
+        lambda: seq(Fn(einsum_reduce_full), nn.Linear(3, 4)),
+        T8,
+        "p4m",
+        "certified",
+    ),
+    ZooCase(
+        "af-ok-einops-reduce-full-p4m",
+        "argument-forms",
+        lambda: seq(Fn(einops_reduce_full), nn.Linear(3, 4)),
+        T8,
+        "p4m",
+        "certified",
+    ),
+    ZooCase(
+        "af-ok-roll-kw-translations",
+        "argument-forms",
+        lambda: Fn(roll_kw_both),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "af-ok-centre-dim-list-d4",
+        "argument-forms",
+        lambda: Fn(centre_dim_list),
+        T8,
+        "d4",
+        "certified",
+    ),
+    ZooCase(
+        "af-ok-var-mean-grid-p4m",
+        "argument-forms",
+        lambda: Fn(var_mean_grid),
+        T8,
+        "p4m",
+        "certified",
+    ),
+    ZooCase(
+        "af-ok-amax-positional-full-c4",
+        "argument-forms",
+        lambda: Fn(amax_positional_full),
+        T8,
+        "c4",
+        "certified",
+    ),
 ]
 
 
@@ -686,37 +1031,210 @@ class ChannelArgmaxEmbed(nn.Module):
 
 DATA_DEPENDENT = [
     # broken
-    ZooCase("dd-tril-translations", "data-dependent", lambda: Fn(tril), T8, "translations", "not-certified"),
-    ZooCase("dd-where-index-w-translations", "data-dependent", lambda: Fn(where_index_w), T8, "translations", "not-certified",
-            note="the mean column index of the positive entries moves with shifts"),
+    ZooCase(
+        "dd-tril-translations",
+        "data-dependent",
+        lambda: Fn(tril),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "dd-where-index-w-translations",
+        "data-dependent",
+        lambda: Fn(where_index_w),
+        T8,
+        "translations",
+        "not-certified",
+        note="the mean column index of the positive entries moves with shifts",
+    ),
     ZooCase("dd-triu-c4", "data-dependent", lambda: Fn(triu1), T8, "c4", "not-certified"),
-    ZooCase("dd-where-index-h-c4", "data-dependent", lambda: Fn(where_index_h), T8, "c4", "not-certified"),
-    ZooCase("dd-nonzero-index-translations", "data-dependent", lambda: Fn(nonzero_index_w), T8, "translations", "not-certified"),
-    ZooCase("dd-argmax-flat-index-translations", "data-dependent", lambda: Fn(argmax_flat_index), T8, "translations", "not-certified"),
-    ZooCase("dd-argsort-w-translations", "data-dependent", lambda: Fn(argsort_w), T8, "translations", "not-certified"),
-    ZooCase("dd-topk-index-translations", "data-dependent", lambda: Fn(topk_index_w), T8, "translations", "not-certified"),
+    ZooCase(
+        "dd-where-index-h-c4",
+        "data-dependent",
+        lambda: Fn(where_index_h),
+        T8,
+        "c4",
+        "not-certified",
+    ),
+    ZooCase(
+        "dd-nonzero-index-translations",
+        "data-dependent",
+        lambda: Fn(nonzero_index_w),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "dd-argmax-flat-index-translations",
+        "data-dependent",
+        lambda: Fn(argmax_flat_index),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "dd-argsort-w-translations",
+        "data-dependent",
+        lambda: Fn(argsort_w),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "dd-topk-index-translations",
+        "data-dependent",
+        lambda: Fn(topk_index_w),
+        T8,
+        "translations",
+        "not-certified",
+    ),
     ZooCase("dd-eye-mask-c4", "data-dependent", lambda: Fn(eye_mask), T8, "c4", "not-certified"),
-    ZooCase("dd-arange-mask-translations", "data-dependent", lambda: Fn(arange_mask), T8, "translations", "not-certified"),
-    ZooCase("dd-tril-ones-like-translations", "data-dependent", lambda: Fn(tril_ones_like), T8, "translations", "not-certified"),
-    ZooCase("dd-where-tril-fallback-translations", "data-dependent", lambda: Fn(where_tril_fallback), T8, "translations", "not-certified"),
-    ZooCase("dd-cummax-translations", "data-dependent", lambda: Fn(cummax_w), T8, "translations", "not-certified"),
-    ZooCase("dd-where-argmax-position-c4", "data-dependent", lambda: Fn(where_argmax_position), T8, "c4", "not-certified"),
+    ZooCase(
+        "dd-arange-mask-translations",
+        "data-dependent",
+        lambda: Fn(arange_mask),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "dd-tril-ones-like-translations",
+        "data-dependent",
+        lambda: Fn(tril_ones_like),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "dd-where-tril-fallback-translations",
+        "data-dependent",
+        lambda: Fn(where_tril_fallback),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "dd-cummax-translations",
+        "data-dependent",
+        lambda: Fn(cummax_w),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "dd-where-argmax-position-c4",
+        "data-dependent",
+        lambda: Fn(where_argmax_position),
+        T8,
+        "c4",
+        "not-certified",
+    ),
     # near-misses
-    ZooCase("dd-ok-leaky-where-p4m", "data-dependent", lambda: Fn(leaky_where), T8, "p4m", "certified"),
-    ZooCase("dd-ok-masked-fill-data-p4m", "data-dependent", lambda: Fn(masked_fill_data), T8, "p4m", "certified"),
-    ZooCase("dd-ok-where-index-channel-p4m", "data-dependent", lambda: Fn(where_index_channel), T8, "p4m", "certified",
-            note="channel indices of the positive entries: a multiset no spatial permutation changes"),
-    ZooCase("dd-ok-where-index-batch-translations", "data-dependent", lambda: Fn(where_index_batch), T8, "translations", "certified"),
-    ZooCase("dd-ok-threshold-mask-p4m", "data-dependent", lambda: Fn(threshold_mask), T8, "p4m", "certified"),
-    ZooCase("dd-ok-sort-channels-p4m", "data-dependent", lambda: Fn(sort_channels), T8, "p4m", "certified"),
-    ZooCase("dd-ok-sort-positions-p4m", "data-dependent", lambda: Fn(sort_positions), T8, "p4m", "certified", output_action="invariant",
-            note="the sorted values over all positions do not depend on the order of the positions"),
-    ZooCase("dd-ok-topk-values-translations", "data-dependent", lambda: Fn(topk_values), T8, "translations", "certified", output_action="invariant"),
-    ZooCase("dd-ok-tril-channel-matrix-p4m", "data-dependent", lambda: Fn(tril_channel_matrix), T8, "p4m", "certified"),
-    ZooCase("dd-ok-tril-channel-gram-p4m", "data-dependent", lambda: Fn(tril_channel_gram), T8, "p4m", "certified", output_action="invariant"),
-    ZooCase("dd-ok-positive-count-p4m", "data-dependent", lambda: Fn(positive_count), T8, "p4m", "certified"),
-    ZooCase("dd-ok-clamp-to-mean-p4m", "data-dependent", lambda: Fn(clamp_to_mean), T8, "p4m", "certified"),
-    ZooCase("dd-ok-channel-argmax-embedding-p4m", "data-dependent", ChannelArgmaxEmbed, T8, "p4m", "certified"),
+    ZooCase(
+        "dd-ok-leaky-where-p4m", "data-dependent", lambda: Fn(leaky_where), T8, "p4m", "certified"
+    ),
+    ZooCase(
+        "dd-ok-masked-fill-data-p4m",
+        "data-dependent",
+        lambda: Fn(masked_fill_data),
+        T8,
+        "p4m",
+        "certified",
+    ),
+    ZooCase(
+        "dd-ok-where-index-channel-p4m",
+        "data-dependent",
+        lambda: Fn(where_index_channel),
+        T8,
+        "p4m",
+        "certified",
+        note="channel indices of the positive entries: a multiset no spatial permutation changes",
+    ),
+    ZooCase(
+        "dd-ok-where-index-batch-translations",
+        "data-dependent",
+        lambda: Fn(where_index_batch),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "dd-ok-threshold-mask-p4m",
+        "data-dependent",
+        lambda: Fn(threshold_mask),
+        T8,
+        "p4m",
+        "certified",
+    ),
+    ZooCase(
+        "dd-ok-sort-channels-p4m",
+        "data-dependent",
+        lambda: Fn(sort_channels),
+        T8,
+        "p4m",
+        "certified",
+    ),
+    ZooCase(
+        "dd-ok-sort-positions-p4m",
+        "data-dependent",
+        lambda: Fn(sort_positions),
+        T8,
+        "p4m",
+        "certified",
+        output_action="invariant",
+        note="the sorted values over all positions do not depend on the order of the positions",
+    ),
+    ZooCase(
+        "dd-ok-topk-values-translations",
+        "data-dependent",
+        lambda: Fn(topk_values),
+        T8,
+        "translations",
+        "certified",
+        output_action="invariant",
+    ),
+    ZooCase(
+        "dd-ok-tril-channel-matrix-p4m",
+        "data-dependent",
+        lambda: Fn(tril_channel_matrix),
+        T8,
+        "p4m",
+        "certified",
+    ),
+    ZooCase(
+        "dd-ok-tril-channel-gram-p4m",
+        "data-dependent",
+        lambda: Fn(tril_channel_gram),
+        T8,
+        "p4m",
+        "certified",
+        output_action="invariant",
+    ),
+    ZooCase(
+        "dd-ok-positive-count-p4m",
+        "data-dependent",
+        lambda: Fn(positive_count),
+        T8,
+        "p4m",
+        "certified",
+    ),
+    ZooCase(
+        "dd-ok-clamp-to-mean-p4m",
+        "data-dependent",
+        lambda: Fn(clamp_to_mean),
+        T8,
+        "p4m",
+        "certified",
+    ),
+    ZooCase(
+        "dd-ok-channel-argmax-embedding-p4m",
+        "data-dependent",
+        ChannelArgmaxEmbed,
+        T8,
+        "p4m",
+        "certified",
+    ),
 ]
 
 
@@ -880,35 +1398,155 @@ def add_invariant_(x: torch.Tensor) -> torch.Tensor:
 
 IN_PLACE = [
     # broken
-    ZooCase("ip-conv-add-pos", "in-place", lambda: Fn(conv_add_pos_, conv=circ(3, 3), pos=torch.randn(1, 3, 8, 8)), T8, "translations", "not-certified"),
-    ZooCase("ip-narrow-zero", "in-place", lambda: Fn(narrow_zero_), T8, "translations", "not-certified"),
-    ZooCase("ip-input-mul-mask", "in-place", lambda: Fn(input_mul_mask_, conv=circ(3, 3), mask=Const(torch.rand(8, 8) + 0.5)), T8, "translations", "not-certified",
-            note="the input itself is multiplied by a fixed mask"),
-    ZooCase("ip-setitem-row", "in-place", lambda: Fn(setitem_row), T8, "translations", "not-certified"),
-    ZooCase("ip-setitem-scale", "in-place", lambda: Fn(setitem_scale), T8, "translations", "not-certified"),
-    ZooCase("ip-diagonal-fill-c4", "in-place", lambda: Fn(diagonal_fill_), T8, "c4", "not-certified"),
-    ZooCase("ip-select-copy", "in-place", lambda: Fn(select_copy_), T8, "translations", "not-certified"),
+    ZooCase(
+        "ip-conv-add-pos",
+        "in-place",
+        lambda: Fn(conv_add_pos_, conv=circ(3, 3), pos=torch.randn(1, 3, 8, 8)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "ip-narrow-zero", "in-place", lambda: Fn(narrow_zero_), T8, "translations", "not-certified"
+    ),
+    ZooCase(
+        "ip-input-mul-mask",
+        "in-place",
+        lambda: Fn(input_mul_mask_, conv=circ(3, 3), mask=Const(torch.rand(8, 8) + 0.5)),
+        T8,
+        "translations",
+        "not-certified",
+        note="the input itself is multiplied by a fixed mask",
+    ),
+    ZooCase(
+        "ip-setitem-row", "in-place", lambda: Fn(setitem_row), T8, "translations", "not-certified"
+    ),
+    ZooCase(
+        "ip-setitem-scale",
+        "in-place",
+        lambda: Fn(setitem_scale),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "ip-diagonal-fill-c4", "in-place", lambda: Fn(diagonal_fill_), T8, "c4", "not-certified"
+    ),
+    ZooCase(
+        "ip-select-copy", "in-place", lambda: Fn(select_copy_), T8, "translations", "not-certified"
+    ),
     ZooCase("ip-tril", "in-place", lambda: Fn(tril_), T8, "translations", "not-certified"),
-    ZooCase("ip-out-cumsum", "in-place", lambda: Fn(out_cumsum), T8, "translations", "not-certified"),
-    ZooCase("ip-iadd-pos", "in-place", lambda: Fn(iadd_pos, conv=circ(3, 3), pos=torch.randn(1, 3, 8, 8)), T8, "translations", "not-certified"),
-    ZooCase("ip-masked-fill-eye", "in-place", lambda: Fn(masked_fill_eye_), T8, "translations", "not-certified"),
-    ZooCase("ip-add-out-pos", "in-place", lambda: Fn(add_out_pos, pos=torch.randn(8, 8)), T8, "translations", "not-certified"),
-    ZooCase("ip-transposed-view-add", "in-place", lambda: Fn(transposed_view_add_, pos=torch.randn(8, 8)), T8, "translations", "not-certified"),
-    ZooCase("ip-index-fill", "in-place", lambda: Fn(index_fill_), T8, "translations", "not-certified"),
-    ZooCase("ip-relu-add-rows-c4", "in-place", lambda: Fn(relu_add_rows_, rows=torch.randn(8, 1)), T8, "c4", "not-certified"),
+    ZooCase(
+        "ip-out-cumsum", "in-place", lambda: Fn(out_cumsum), T8, "translations", "not-certified"
+    ),
+    ZooCase(
+        "ip-iadd-pos",
+        "in-place",
+        lambda: Fn(iadd_pos, conv=circ(3, 3), pos=torch.randn(1, 3, 8, 8)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "ip-masked-fill-eye",
+        "in-place",
+        lambda: Fn(masked_fill_eye_),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "ip-add-out-pos",
+        "in-place",
+        lambda: Fn(add_out_pos, pos=torch.randn(8, 8)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "ip-transposed-view-add",
+        "in-place",
+        lambda: Fn(transposed_view_add_, pos=torch.randn(8, 8)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "ip-index-fill", "in-place", lambda: Fn(index_fill_), T8, "translations", "not-certified"
+    ),
+    ZooCase(
+        "ip-relu-add-rows-c4",
+        "in-place",
+        lambda: Fn(relu_add_rows_, rows=torch.randn(8, 1)),
+        T8,
+        "c4",
+        "not-certified",
+    ),
     # near-misses
     ZooCase("ip-ok-clone-relu-p4m", "in-place", lambda: Fn(clone_relu_), T8, "p4m", "certified"),
-    ZooCase("ip-ok-conv-add-channel", "in-place", lambda: Fn(conv_add_channel_, conv=circ(3, 3), shift=torch.randn(3, 1, 1)), T8, "translations", "certified"),
-    ZooCase("ip-ok-mul-sub-mean-p4m", "in-place", lambda: Fn(mul_sub_mean_), T8, "p4m", "certified"),
-    ZooCase("ip-ok-setitem-channel-p4m", "in-place", lambda: Fn(setitem_channel), T8, "p4m", "certified"),
-    ZooCase("ip-ok-residual-iadd", "in-place", lambda: Fn(residual_iadd, conv=circ(3, 3)), T8, "translations", "certified"),
-    ZooCase("ip-ok-clamp-sigmoid-p4m", "in-place", lambda: Fn(clamp_sigmoid_), T8, "p4m", "certified"),
-    ZooCase("ip-ok-input-mul-scalar-p4m", "in-place", lambda: Fn(input_mul_scalar_), T8, "p4m", "certified"),
-    ZooCase("ip-ok-relu-inplace-module", "in-place", lambda: seq(circ(3, 4), nn.ReLU(inplace=True), circ(4, 3)), T8, "translations", "certified"),
-    ZooCase("ip-ok-narrow-channel-zero-p4m", "in-place", lambda: Fn(narrow_channel_zero_), T8, "p4m", "certified"),
-    ZooCase("ip-ok-add-out-scalar-p4m", "in-place", lambda: Fn(add_out_scalar), T8, "p4m", "certified"),
-    ZooCase("ip-ok-masked-fill-data-p4m", "in-place", lambda: Fn(masked_fill_data_), T8, "p4m", "certified"),
-    ZooCase("ip-ok-add-invariant-p4m", "in-place", lambda: Fn(add_invariant_), T8, "p4m", "certified"),
+    ZooCase(
+        "ip-ok-conv-add-channel",
+        "in-place",
+        lambda: Fn(conv_add_channel_, conv=circ(3, 3), shift=torch.randn(3, 1, 1)),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "ip-ok-mul-sub-mean-p4m", "in-place", lambda: Fn(mul_sub_mean_), T8, "p4m", "certified"
+    ),
+    ZooCase(
+        "ip-ok-setitem-channel-p4m", "in-place", lambda: Fn(setitem_channel), T8, "p4m", "certified"
+    ),
+    ZooCase(
+        "ip-ok-residual-iadd",
+        "in-place",
+        lambda: Fn(residual_iadd, conv=circ(3, 3)),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "ip-ok-clamp-sigmoid-p4m", "in-place", lambda: Fn(clamp_sigmoid_), T8, "p4m", "certified"
+    ),
+    ZooCase(
+        "ip-ok-input-mul-scalar-p4m",
+        "in-place",
+        lambda: Fn(input_mul_scalar_),
+        T8,
+        "p4m",
+        "certified",
+    ),
+    ZooCase(
+        "ip-ok-relu-inplace-module",
+        "in-place",
+        lambda: seq(circ(3, 4), nn.ReLU(inplace=True), circ(4, 3)),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "ip-ok-narrow-channel-zero-p4m",
+        "in-place",
+        lambda: Fn(narrow_channel_zero_),
+        T8,
+        "p4m",
+        "certified",
+    ),
+    ZooCase(
+        "ip-ok-add-out-scalar-p4m", "in-place", lambda: Fn(add_out_scalar), T8, "p4m", "certified"
+    ),
+    ZooCase(
+        "ip-ok-masked-fill-data-p4m",
+        "in-place",
+        lambda: Fn(masked_fill_data_),
+        T8,
+        "p4m",
+        "certified",
+    ),
+    ZooCase(
+        "ip-ok-add-invariant-p4m", "in-place", lambda: Fn(add_invariant_), T8, "p4m", "certified"
+    ),
 ]
 
 
@@ -1111,32 +1749,136 @@ class TokensThen(nn.Module):
 
 SUBCLASS = [
     # broken
-    ZooCase("sc-wsconv-drops-circular", "subclass", lambda: WSConvZeroPad(3, 4, 3, padding=1, padding_mode="circular"), T8, "translations", "not-certified",
-            note="F.conv2d pads with zeros whatever padding_mode says"),
-    ZooCase("sc-identity-adds-position", "subclass", PosIdentity, T8, "translations", "not-certified"),
-    ZooCase("sc-sequential-custom-forward", "subclass", lambda: PosSequential(circ(3, 3), nn.ReLU(), circ(3, 3)), T8, "translations", "not-certified"),
+    ZooCase(
+        "sc-wsconv-drops-circular",
+        "subclass",
+        lambda: WSConvZeroPad(3, 4, 3, padding=1, padding_mode="circular"),
+        T8,
+        "translations",
+        "not-certified",
+        note="F.conv2d pads with zeros whatever padding_mode says",
+    ),
+    ZooCase(
+        "sc-identity-adds-position", "subclass", PosIdentity, T8, "translations", "not-certified"
+    ),
+    ZooCase(
+        "sc-sequential-custom-forward",
+        "subclass",
+        lambda: PosSequential(circ(3, 3), nn.ReLU(), circ(3, 3)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
     ZooCase("sc-relu-cumsum", "subclass", CumReLU, T8, "translations", "not-certified"),
-    ZooCase("sc-softmax-last-axis-c4", "subclass", lambda: LastAxisSoftmax(dim=1), T8, "c4", "not-certified"),
-    ZooCase("sc-maxpool-row-window-c4", "subclass", lambda: RowMaxPool(3, 1, 1), T8, "c4", "not-certified"),
+    ZooCase(
+        "sc-softmax-last-axis-c4",
+        "subclass",
+        lambda: LastAxisSoftmax(dim=1),
+        T8,
+        "c4",
+        "not-certified",
+    ),
+    ZooCase(
+        "sc-maxpool-row-window-c4",
+        "subclass",
+        lambda: RowMaxPool(3, 1, 1),
+        T8,
+        "c4",
+        "not-certified",
+    ),
     ZooCase("sc-layernorm-rows-c4", "subclass", lambda: RowLayerNorm(3), T8, "c4", "not-certified"),
-    ZooCase("sc-linear-adds-position", "subclass", lambda: TokensThen(PosLinear(3, 3)), T8, "translations", "not-certified"),
+    ZooCase(
+        "sc-linear-adds-position",
+        "subclass",
+        lambda: TokensThen(PosLinear(3, 3)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
     ZooCase("sc-conv-adds-position", "subclass", PosConv, T8, "translations", "not-certified"),
-    ZooCase("sc-dropout-fixed-mask", "subclass", FixedMaskDropout, T8, "translations", "not-certified"),
-    ZooCase("sc-mha-causal-mask", "subclass", lambda: PixelMHA(CausalMHA(4, 2, batch_first=True)), T8, "translations", "not-certified"),
-    ZooCase("sc-flatten-corner", "subclass", lambda: seq(CornerFlatten(), nn.Linear(3, 2)), T8, "translations", "not-certified"),
-    ZooCase("sc-avgpool-top-half", "subclass", lambda: seq(TopHalfPool(1), nn.Linear(3, 2)), T8, "translations", "not-certified"),
+    ZooCase(
+        "sc-dropout-fixed-mask", "subclass", FixedMaskDropout, T8, "translations", "not-certified"
+    ),
+    ZooCase(
+        "sc-mha-causal-mask",
+        "subclass",
+        lambda: PixelMHA(CausalMHA(4, 2, batch_first=True)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "sc-flatten-corner",
+        "subclass",
+        lambda: seq(CornerFlatten(), nn.Linear(3, 2)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "sc-avgpool-top-half",
+        "subclass",
+        lambda: seq(TopHalfPool(1), nn.Linear(3, 2)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
     ZooCase("sc-gelu-positional-scale-c4", "subclass", PositionalGELU, T8, "c4", "not-certified"),
     # near-misses
-    ZooCase("sc-ok-wsconv-keeps-circular", "subclass", lambda: WSConvCircular(3, 4, 3, padding=1, padding_mode="circular"), T8, "translations", "certified"),
+    ZooCase(
+        "sc-ok-wsconv-keeps-circular",
+        "subclass",
+        lambda: WSConvCircular(3, 4, 3, padding=1, padding_mode="circular"),
+        T8,
+        "translations",
+        "certified",
+    ),
     ZooCase("sc-ok-plain-identity-p4m", "subclass", PlainIdentity, T8, "p4m", "certified"),
-    ZooCase("sc-ok-sequential-residual", "subclass", lambda: ResidualSequential(circ(3, 3), nn.Tanh(), circ(3, 3)), T8, "translations", "certified"),
-    ZooCase("sc-ok-sequential-no-forward", "subclass", lambda: NamedSequential(circ(3, 4), nn.ReLU(), circ(4, 3)), T8, "translations", "certified"),
+    ZooCase(
+        "sc-ok-sequential-residual",
+        "subclass",
+        lambda: ResidualSequential(circ(3, 3), nn.Tanh(), circ(3, 3)),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "sc-ok-sequential-no-forward",
+        "subclass",
+        lambda: NamedSequential(circ(3, 4), nn.ReLU(), circ(4, 3)),
+        T8,
+        "translations",
+        "certified",
+    ),
     ZooCase("sc-ok-relu-leaky-p4m", "subclass", LeakyReLUSub, T8, "p4m", "certified"),
     ZooCase("sc-ok-conv-channel-gain", "subclass", GainConv, T8, "translations", "certified"),
-    ZooCase("sc-ok-softmax-channels-p4m", "subclass", lambda: ChannelSoftmax(dim=-1), T8, "p4m", "certified"),
-    ZooCase("sc-ok-maxpool-square-c4", "subclass", lambda: SquareMaxPool(3, 1, 1), T8, "c4", "certified"),
-    ZooCase("sc-ok-layernorm-channels-p4m", "subclass", lambda: randomized(ChannelLayerNorm(3)), T8, "p4m", "certified"),
-    ZooCase("sc-ok-mha-no-weights-p4m", "subclass", lambda: PixelMHA(NoWeightsMHA(4, 2, batch_first=True)), T8, "p4m", "certified"),
+    ZooCase(
+        "sc-ok-softmax-channels-p4m",
+        "subclass",
+        lambda: ChannelSoftmax(dim=-1),
+        T8,
+        "p4m",
+        "certified",
+    ),
+    ZooCase(
+        "sc-ok-maxpool-square-c4", "subclass", lambda: SquareMaxPool(3, 1, 1), T8, "c4", "certified"
+    ),
+    ZooCase(
+        "sc-ok-layernorm-channels-p4m",
+        "subclass",
+        lambda: randomized(ChannelLayerNorm(3)),
+        T8,
+        "p4m",
+        "certified",
+    ),
+    ZooCase(
+        "sc-ok-mha-no-weights-p4m",
+        "subclass",
+        lambda: PixelMHA(NoWeightsMHA(4, 2, batch_first=True)),
+        T8,
+        "p4m",
+        "certified",
+    ),
     ZooCase("sc-ok-dropout-eval-p4m", "subclass", lambda: EvalDropout(0.5), T8, "p4m", "certified"),
 ]
 
@@ -1245,27 +1987,129 @@ def same_twice(x: torch.Tensor, conv: nn.Module) -> Any:
 
 MULTI_OUTPUT = [
     # broken
-    ZooCase("mo-mean-and-position", "multi-output", lambda: Fn(mean_and_pos, pos=torch.randn(1, 3, 8, 8)), T8, "translations", "not-certified",
-            note="the first output is invariant; the second is not equivariant"),
-    ZooCase("mo-dict-cumsum", "multi-output", lambda: Fn(dict_relu_cumsum), T8, "translations", "not-certified"),
-    ZooCase("mo-list-tril", "multi-output", lambda: Fn(list_tril), T8, "translations", "not-certified"),
-    ZooCase("mo-nested-position", "multi-output", lambda: Fn(nested_pos, pos=torch.randn(1, 3, 8, 8)), T8, "translations", "not-certified"),
-    ZooCase("mo-pair-softmax-last-c4", "multi-output", lambda: Fn(pair_softmax_last), T8, "c4", "not-certified"),
-    ZooCase("mo-three-middle-broken", "multi-output", lambda: Fn(three_middle_broken, conv=circ(3, 3)), T8, "translations", "not-certified"),
-    ZooCase("mo-invariant-then-flatten-head", "multi-output", lambda: Fn(invariant_then_flatten_head, head=nn.Linear(192, 4)), T8, "translations", "not-certified"),
-    ZooCase("mo-tokens-and-absolute", "multi-output", TokensAndAbsolute, T8, "translations", "not-certified"),
-    ZooCase("mo-namedtuple-zero-pad", "multi-output", lambda: Fn(namedtuple_zero_pad, conv=nn.Conv2d(3, 3, 3, padding=1)), T8, "translations", "not-certified"),
-    ZooCase("mo-last-of-three-broken-c4", "multi-output", lambda: Fn(last_of_three_broken), T8, "c4", "not-certified"),
-    ZooCase("mo-dict-nested-list", "multi-output", lambda: Fn(dict_nested_list, pos=torch.randn(8, 8)), T8, "translations", "not-certified"),
+    ZooCase(
+        "mo-mean-and-position",
+        "multi-output",
+        lambda: Fn(mean_and_pos, pos=torch.randn(1, 3, 8, 8)),
+        T8,
+        "translations",
+        "not-certified",
+        note="the first output is invariant; the second is not equivariant",
+    ),
+    ZooCase(
+        "mo-dict-cumsum",
+        "multi-output",
+        lambda: Fn(dict_relu_cumsum),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "mo-list-tril", "multi-output", lambda: Fn(list_tril), T8, "translations", "not-certified"
+    ),
+    ZooCase(
+        "mo-nested-position",
+        "multi-output",
+        lambda: Fn(nested_pos, pos=torch.randn(1, 3, 8, 8)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "mo-pair-softmax-last-c4",
+        "multi-output",
+        lambda: Fn(pair_softmax_last),
+        T8,
+        "c4",
+        "not-certified",
+    ),
+    ZooCase(
+        "mo-three-middle-broken",
+        "multi-output",
+        lambda: Fn(three_middle_broken, conv=circ(3, 3)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "mo-invariant-then-flatten-head",
+        "multi-output",
+        lambda: Fn(invariant_then_flatten_head, head=nn.Linear(192, 4)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "mo-tokens-and-absolute",
+        "multi-output",
+        TokensAndAbsolute,
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "mo-namedtuple-zero-pad",
+        "multi-output",
+        lambda: Fn(namedtuple_zero_pad, conv=nn.Conv2d(3, 3, 3, padding=1)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "mo-last-of-three-broken-c4",
+        "multi-output",
+        lambda: Fn(last_of_three_broken),
+        T8,
+        "c4",
+        "not-certified",
+    ),
+    ZooCase(
+        "mo-dict-nested-list",
+        "multi-output",
+        lambda: Fn(dict_nested_list, pos=torch.randn(8, 8)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
     # near-misses
-    ZooCase("mo-ok-mean-and-conv", "multi-output", lambda: Fn(mean_and_conv, conv=circ(3, 4)), T8, "translations", "certified"),
+    ZooCase(
+        "mo-ok-mean-and-conv",
+        "multi-output",
+        lambda: Fn(mean_and_conv, conv=circ(3, 4)),
+        T8,
+        "translations",
+        "certified",
+    ),
     ZooCase("mo-ok-dict-c4", "multi-output", lambda: Fn(dict_c4), T8, "c4", "certified"),
     ZooCase("mo-ok-list-p4m", "multi-output", lambda: Fn(list_p4m), T8, "p4m", "certified"),
-    ZooCase("mo-ok-nested", "multi-output", lambda: Fn(nested_ok, conv=circ(3, 3)), T8, "translations", "certified"),
-    ZooCase("mo-ok-tokens-and-pooled", "multi-output", TokensAndPooled, T8, "translations", "certified"),
-    ZooCase("mo-ok-namedtuple", "multi-output", lambda: Fn(namedtuple_ok, conv=circ(3, 3)), T8, "translations", "certified"),
+    ZooCase(
+        "mo-ok-nested",
+        "multi-output",
+        lambda: Fn(nested_ok, conv=circ(3, 3)),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "mo-ok-tokens-and-pooled", "multi-output", TokensAndPooled, T8, "translations", "certified"
+    ),
+    ZooCase(
+        "mo-ok-namedtuple",
+        "multi-output",
+        lambda: Fn(namedtuple_ok, conv=circ(3, 3)),
+        T8,
+        "translations",
+        "certified",
+    ),
     ZooCase("mo-ok-three-c4", "multi-output", lambda: Fn(three_ok_c4), T8, "c4", "certified"),
-    ZooCase("mo-ok-same-tensor-twice", "multi-output", lambda: Fn(same_twice, conv=circ(3, 3)), T8, "translations", "certified"),
+    ZooCase(
+        "mo-ok-same-tensor-twice",
+        "multi-output",
+        lambda: Fn(same_twice, conv=circ(3, 3)),
+        T8,
+        "translations",
+        "certified",
+    ),
 ]
 
 
@@ -1336,7 +2180,9 @@ def b_circ_t_plus_table_t(circ: nn.Module, table: torch.Tensor) -> torch.Tensor:
     return circ().transpose(-1, -2) + table.t()
 
 
-def b_hand_circulant_plus_table(offsets: torch.Tensor, index: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+def b_hand_circulant_plus_table(
+    offsets: torch.Tensor, index: torch.Tensor, table: torch.Tensor
+) -> torch.Tensor:
     return offsets[index] + table
 
 
@@ -1373,8 +2219,12 @@ def b_circ_t(circ: nn.Module) -> torch.Tensor:
     return circ().transpose(-1, -2)
 
 
-def _bias(f: Callable[..., torch.Tensor], sdpa: bool = False, **parts: Any) -> Callable[[], nn.Module]:
-    return lambda: BiasedAttention(BiasTerm(f, **{k: (v() if callable(v) else v) for k, v in parts.items()}), sdpa=sdpa)
+def _bias(
+    f: Callable[..., torch.Tensor], sdpa: bool = False, **parts: Any
+) -> Callable[[], nn.Module]:
+    return lambda: BiasedAttention(
+        BiasTerm(f, **{k: (v() if callable(v) else v) for k, v in parts.items()}), sdpa=sdpa
+    )
 
 
 class GSATokens(nn.Module):
@@ -1390,33 +2240,184 @@ class GSATokens(nn.Module):
 
 BIAS_PLUS_PARAMETER = [
     # broken
-    ZooCase("bp-circulant-plus-table", "bias-plus-parameter", _bias(b_circ_plus_table, circ=circulant, table=lambda: torch.randn(64, 64)), T8, "translations", "not-certified",
-            note="softmax(q kᵀ + (circulant_bias() + table)) v"),
-    ZooCase("bp-circulant-times-table", "bias-plus-parameter", _bias(b_circ_times_table, circ=circulant, table=lambda: torch.randn(64, 64)), T8, "translations", "not-certified"),
-    ZooCase("bp-sdpa-mask-circulant-plus-table", "bias-plus-parameter", _bias(b_circ_plus_table, sdpa=True, circ=circulant, table=lambda: torch.randn(64, 64)), T8, "translations", "not-certified"),
-    ZooCase("bp-circulant-plus-rolled-eye", "bias-plus-parameter", _bias(b_circ_plus_rolled_eye, circ=circulant, s=lambda: torch.ones(1) * 3), T8, "translations", "not-certified",
-            note="a shift by one flattened index is not a torus offset"),
-    ZooCase("bp-circulant-plus-clipped", "bias-plus-parameter", _bias(b_circ_plus_clipped, circ=circulant, clipped=lambda: randomized(ClippedRelativeBias((8, 8), 1))), T8, "translations", "not-certified"),
-    ZooCase("bp-circulant-plus-sliced-table", "bias-plus-parameter", _bias(b_circ_plus_sliced, circ=circulant, big=lambda: torch.randn(80, 80)), T8, "translations", "not-certified"),
-    ZooCase("bp-circulant-plus-low-rank", "bias-plus-parameter", _bias(b_circ_plus_lowrank, circ=circulant, pos=lambda: torch.randn(64, 2)), T8, "translations", "not-certified"),
-    ZooCase("bp-circulant-plus-key-bias", "bias-plus-parameter", _bias(b_circ_plus_key_bias, circ=circulant, keys=lambda: torch.randn(64)), T8, "translations", "not-certified"),
-    ZooCase("bp-circulant-t-plus-table-t", "bias-plus-parameter", _bias(b_circ_t_plus_table_t, circ=circulant, table=lambda: torch.randn(64, 64)), T8, "translations", "not-certified"),
-    ZooCase("bp-hand-circulant-plus-table", "bias-plus-parameter",
-            _bias(b_hand_circulant_plus_table, offsets=lambda: torch.randn(64), index=lambda: Const(torus_offset_index()), table=lambda: torch.randn(64, 64)),
-            T8, "translations", "not-certified"),
+    ZooCase(
+        "bp-circulant-plus-table",
+        "bias-plus-parameter",
+        _bias(b_circ_plus_table, circ=circulant, table=lambda: torch.randn(64, 64)),
+        T8,
+        "translations",
+        "not-certified",
+        note="softmax(q kᵀ + (circulant_bias() + table)) v",
+    ),
+    ZooCase(
+        "bp-circulant-times-table",
+        "bias-plus-parameter",
+        _bias(b_circ_times_table, circ=circulant, table=lambda: torch.randn(64, 64)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "bp-sdpa-mask-circulant-plus-table",
+        "bias-plus-parameter",
+        _bias(b_circ_plus_table, sdpa=True, circ=circulant, table=lambda: torch.randn(64, 64)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "bp-circulant-plus-rolled-eye",
+        "bias-plus-parameter",
+        _bias(b_circ_plus_rolled_eye, circ=circulant, s=lambda: torch.ones(1) * 3),
+        T8,
+        "translations",
+        "not-certified",
+        note="a shift by one flattened index is not a torus offset",
+    ),
+    ZooCase(
+        "bp-circulant-plus-clipped",
+        "bias-plus-parameter",
+        _bias(
+            b_circ_plus_clipped,
+            circ=circulant,
+            clipped=lambda: randomized(ClippedRelativeBias((8, 8), 1)),
+        ),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "bp-circulant-plus-sliced-table",
+        "bias-plus-parameter",
+        _bias(b_circ_plus_sliced, circ=circulant, big=lambda: torch.randn(80, 80)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "bp-circulant-plus-low-rank",
+        "bias-plus-parameter",
+        _bias(b_circ_plus_lowrank, circ=circulant, pos=lambda: torch.randn(64, 2)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "bp-circulant-plus-key-bias",
+        "bias-plus-parameter",
+        _bias(b_circ_plus_key_bias, circ=circulant, keys=lambda: torch.randn(64)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "bp-circulant-t-plus-table-t",
+        "bias-plus-parameter",
+        _bias(b_circ_t_plus_table_t, circ=circulant, table=lambda: torch.randn(64, 64)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "bp-hand-circulant-plus-table",
+        "bias-plus-parameter",
+        _bias(
+            b_hand_circulant_plus_table,
+            offsets=lambda: torch.randn(64),
+            index=lambda: Const(torus_offset_index()),
+            table=lambda: torch.randn(64, 64),
+        ),
+        T8,
+        "translations",
+        "not-certified",
+    ),
     # near-misses
-    ZooCase("bp-ok-circulant", "bias-plus-parameter", _bias(b_circ, circ=circulant), T8, "translations", "certified"),
-    ZooCase("bp-ok-circulant-plus-scalar", "bias-plus-parameter", _bias(b_circ_plus_scalar, circ=circulant, s=lambda: torch.randn(1)), T8, "translations", "certified",
-            note="a scalar parameter is the same for every pair"),
-    ZooCase("bp-ok-circulant-plus-eye", "bias-plus-parameter", _bias(b_circ_plus_eye, circ=circulant, s=lambda: torch.ones(1) * 3), T8, "translations", "certified",
-            note="the diagonal i = j is an orbital"),
-    ZooCase("bp-ok-two-circulants", "bias-plus-parameter", _bias(b_two_circ, circ=circulant, other=circulant), T8, "translations", "certified"),
-    ZooCase("bp-ok-circulant-times-scalar", "bias-plus-parameter", _bias(b_circ_times_scalar, circ=circulant, s=lambda: torch.randn(1)), T8, "translations", "certified"),
-    ZooCase("bp-ok-circulant-key-torus-roll", "bias-plus-parameter", _bias(b_circ_key_roll, circ=circulant), T8, "translations", "certified"),
-    ZooCase("bp-ok-hand-circulant", "bias-plus-parameter", _bias(b_hand_circulant, offsets=lambda: torch.randn(64), index=lambda: Const(torus_offset_index())), T8, "translations", "certified"),
-    ZooCase("bp-ok-sdpa-mask-circulant", "bias-plus-parameter", _bias(b_circ, sdpa=True, circ=circulant), T8, "translations", "certified"),
-    ZooCase("bp-ok-circulant-transposed", "bias-plus-parameter", _bias(b_circ_t, circ=circulant), T8, "translations", "certified"),
-    ZooCase("bp-ok-global-self-attention", "bias-plus-parameter", GSATokens, T8, "translations", "certified"),
+    ZooCase(
+        "bp-ok-circulant",
+        "bias-plus-parameter",
+        _bias(b_circ, circ=circulant),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "bp-ok-circulant-plus-scalar",
+        "bias-plus-parameter",
+        _bias(b_circ_plus_scalar, circ=circulant, s=lambda: torch.randn(1)),
+        T8,
+        "translations",
+        "certified",
+        note="a scalar parameter is the same for every pair",
+    ),
+    ZooCase(
+        "bp-ok-circulant-plus-eye",
+        "bias-plus-parameter",
+        _bias(b_circ_plus_eye, circ=circulant, s=lambda: torch.ones(1) * 3),
+        T8,
+        "translations",
+        "certified",
+        note="the diagonal i = j is an orbital",
+    ),
+    ZooCase(
+        "bp-ok-two-circulants",
+        "bias-plus-parameter",
+        _bias(b_two_circ, circ=circulant, other=circulant),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "bp-ok-circulant-times-scalar",
+        "bias-plus-parameter",
+        _bias(b_circ_times_scalar, circ=circulant, s=lambda: torch.randn(1)),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "bp-ok-circulant-key-torus-roll",
+        "bias-plus-parameter",
+        _bias(b_circ_key_roll, circ=circulant),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "bp-ok-hand-circulant",
+        "bias-plus-parameter",
+        _bias(
+            b_hand_circulant,
+            offsets=lambda: torch.randn(64),
+            index=lambda: Const(torus_offset_index()),
+        ),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "bp-ok-sdpa-mask-circulant",
+        "bias-plus-parameter",
+        _bias(b_circ, sdpa=True, circ=circulant),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "bp-ok-circulant-transposed",
+        "bias-plus-parameter",
+        _bias(b_circ_t, circ=circulant),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "bp-ok-global-self-attention",
+        "bias-plus-parameter",
+        GSATokens,
+        T8,
+        "translations",
+        "certified",
+    ),
 ]
 
 
@@ -1471,7 +2472,9 @@ def gsa(index: str | None = None, table: bool = True) -> GlobalSelfAttention:
         randomized(bias)
     with torch.no_grad():
         if index == "random":
-            bias.orbital_index.copy_(torch.randint(0, bias.table.shape[1], bias.orbital_index.shape))
+            bias.orbital_index.copy_(
+                torch.randint(0, bias.table.shape[1], bias.orbital_index.shape)
+            )
         elif index == "rows-permuted":
             bias.orbital_index.copy_(bias.orbital_index[torch.randperm(64)])
     return attn
@@ -1588,43 +2591,238 @@ class LiftNet(nn.Module):
 
 LIBRARY_STATE = [
     # broken
-    ZooCase("ls-gsa-orbital-index-random", "library-state", lambda: TokenNet(gsa(index="random")), T8, "translations", "not-certified",
-            note="GlobalSelfAttention's circulant bias with its orbital index buffer overwritten"),
-    ZooCase("ls-gsa-orbital-index-rows-permuted", "library-state", lambda: TokenNet(gsa(index="rows-permuted")), T8, "translations", "not-certified"),
-    ZooCase("ls-gsa-bias-swapped-for-clipped", "library-state", lambda: TokenNet(gsa_with_bias(randomized(ClippedRelativeBias((8, 8), 2)))), T8, "translations", "not-certified"),
-    ZooCase("ls-gsa-circulant-subclass-free-table", "library-state", lambda: TokenNet(gsa_with_bias(ClippedInDisguise())), T8, "translations", "not-certified"),
-    ZooCase("ls-anchor-subclass-identity", "library-state", lambda: AnchoredStridedHead(IdentityAnchor(2)), T8, "translations", "not-certified",
-            note="a PolyphaseAnchor subclass whose forward is the identity"),
-    ZooCase("ls-peg-padding-mode-changed", "library-state", lambda: TokenNet(peg("zeros")), T8, "translations", "not-certified",
-            note="ConvPositionalEncoding built circular, its conv switched to zero padding"),
-    ZooCase("ls-patch-embedding-conv-swapped", "library-state", lambda: PatchNet(swap_conv=True), T8, "translations", "not-certified",
-            note="PatchEmbedding's conv replaced by a zero-padded 3x3 one after construction"),
-    ZooCase("ls-window-attention-unanchored", "library-state", lambda: TokenNet(window_attention(anchored_after=False)), T8, "translations", "not-certified"),
-    ZooCase("ls-mean-pooling-subclass-first-token", "library-state", lambda: TokenNet(nn.Identity(), seq(FirstTokenPooling((8, 8)), nn.Linear(8, 2))), T8, "translations", "not-certified"),
-    ZooCase("ls-gsa-subclass-adds-position", "library-state", lambda: TokenNet(PositionalGSA()), T8, "translations", "not-certified"),
-    ZooCase("ls-stem-kernel-replaced-p4m", "library-state", stem_with_free_kernel, T8, "p4m", "not-certified",
-            note="SymmetricConvStem whose kernel() now returns an unconstrained kernel"),
-    ZooCase("ls-lifting-subclass-adds-position-p4", "library-state", lambda: LiftNet(PositionalLifting(), GroupPooling("C4")), T8, "p4", "not-certified"),
+    ZooCase(
+        "ls-gsa-orbital-index-random",
+        "library-state",
+        lambda: TokenNet(gsa(index="random")),
+        T8,
+        "translations",
+        "not-certified",
+        note="GlobalSelfAttention's circulant bias with its orbital index buffer overwritten",
+    ),
+    ZooCase(
+        "ls-gsa-orbital-index-rows-permuted",
+        "library-state",
+        lambda: TokenNet(gsa(index="rows-permuted")),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "ls-gsa-bias-swapped-for-clipped",
+        "library-state",
+        lambda: TokenNet(gsa_with_bias(randomized(ClippedRelativeBias((8, 8), 2)))),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "ls-gsa-circulant-subclass-free-table",
+        "library-state",
+        lambda: TokenNet(gsa_with_bias(ClippedInDisguise())),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "ls-anchor-subclass-identity",
+        "library-state",
+        lambda: AnchoredStridedHead(IdentityAnchor(2)),
+        T8,
+        "translations",
+        "not-certified",
+        note="a PolyphaseAnchor subclass whose forward is the identity",
+    ),
+    ZooCase(
+        "ls-peg-padding-mode-changed",
+        "library-state",
+        lambda: TokenNet(peg("zeros")),
+        T8,
+        "translations",
+        "not-certified",
+        note="ConvPositionalEncoding built circular, its conv switched to zero padding",
+    ),
+    ZooCase(
+        "ls-patch-embedding-conv-swapped",
+        "library-state",
+        lambda: PatchNet(swap_conv=True),
+        T8,
+        "translations",
+        "not-certified",
+        note="PatchEmbedding's conv replaced by a zero-padded 3x3 one after construction",
+    ),
+    ZooCase(
+        "ls-window-attention-unanchored",
+        "library-state",
+        lambda: TokenNet(window_attention(anchored_after=False)),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "ls-mean-pooling-subclass-first-token",
+        "library-state",
+        lambda: TokenNet(nn.Identity(), seq(FirstTokenPooling((8, 8)), nn.Linear(8, 2))),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "ls-gsa-subclass-adds-position",
+        "library-state",
+        lambda: TokenNet(PositionalGSA()),
+        T8,
+        "translations",
+        "not-certified",
+    ),
+    ZooCase(
+        "ls-stem-kernel-replaced-p4m",
+        "library-state",
+        stem_with_free_kernel,
+        T8,
+        "p4m",
+        "not-certified",
+        note="SymmetricConvStem whose kernel() now returns an unconstrained kernel",
+    ),
+    ZooCase(
+        "ls-lifting-subclass-adds-position-p4",
+        "library-state",
+        lambda: LiftNet(PositionalLifting(), GroupPooling("C4")),
+        T8,
+        "p4",
+        "not-certified",
+    ),
     # near-misses
-    ZooCase("ls-ok-anchor-strided-conv-pool", "library-state", lambda: AnchoredStridedHead(PolyphaseAnchor(2)), T8, "translations", "certified",
-            note="PolyphaseAnchor + stride-2 conv + global pooling"),
-    ZooCase("ls-ok-gsa-untouched", "library-state", lambda: TokenNet(GlobalSelfAttention(8, 2, (8, 8)), seq(MeanPooling((8, 8)), nn.Linear(8, 2))), T8, "translations", "certified"),
-    ZooCase("ls-ok-gsa-table-redrawn", "library-state", lambda: TokenNet(gsa(table=True)), T8, "translations", "certified",
-            note="a new table is still one value per orbital"),
-    ZooCase("ls-ok-peg-circular", "library-state", lambda: TokenNet(peg()), T8, "translations", "certified"),
-    ZooCase("ls-ok-patch-embedding-anchored", "library-state", lambda: PatchNet(swap_conv=False), T8, "translations", "certified"),
-    ZooCase("ls-ok-window-attention-anchored", "library-state", lambda: TokenNet(window_attention(anchored_after=True)), T8, "translations", "certified"),
-    ZooCase("ls-ok-lifting-conv-pool-p4", "library-state", lambda: LiftNet(LiftingConvolution(3, 4, 3, "C4"), GroupPooling("C4")), T8, "p4", "certified"),
-    ZooCase("ls-ok-lifting-conv-lifted-p4", "library-state", lambda: LiftingConvolution(3, 4, 3, "C4"), T8, "p4", "certified", output_action="lifted-c4"),
-    ZooCase("ls-ok-symmetric-stem-p4m", "library-state", lambda: SymmetricConvStem(3, 4), T8, "p4m", "certified"),
-    ZooCase("ls-ok-lifting-attention-p4", "library-state", lambda: LiftNet(LiftingSelfAttention(3, 4, "C4", size=8), GroupGlobalPool("C4")), T8, "p4", "certified"),
+    ZooCase(
+        "ls-ok-anchor-strided-conv-pool",
+        "library-state",
+        lambda: AnchoredStridedHead(PolyphaseAnchor(2)),
+        T8,
+        "translations",
+        "certified",
+        note="PolyphaseAnchor + stride-2 conv + global pooling",
+    ),
+    ZooCase(
+        "ls-ok-gsa-untouched",
+        "library-state",
+        lambda: TokenNet(
+            GlobalSelfAttention(8, 2, (8, 8)), seq(MeanPooling((8, 8)), nn.Linear(8, 2))
+        ),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "ls-ok-gsa-table-redrawn",
+        "library-state",
+        lambda: TokenNet(gsa(table=True)),
+        T8,
+        "translations",
+        "certified",
+        note="a new table is still one value per orbital",
+    ),
+    ZooCase(
+        "ls-ok-peg-circular",
+        "library-state",
+        lambda: TokenNet(peg()),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "ls-ok-patch-embedding-anchored",
+        "library-state",
+        lambda: PatchNet(swap_conv=False),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "ls-ok-window-attention-anchored",
+        "library-state",
+        lambda: TokenNet(window_attention(anchored_after=True)),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "ls-ok-lifting-conv-pool-p4",
+        "library-state",
+        lambda: LiftNet(LiftingConvolution(3, 4, 3, "C4"), GroupPooling("C4")),
+        T8,
+        "p4",
+        "certified",
+    ),
+    ZooCase(
+        "ls-ok-lifting-conv-lifted-p4",
+        "library-state",
+        lambda: LiftingConvolution(3, 4, 3, "C4"),
+        T8,
+        "p4",
+        "certified",
+        output_action="lifted-c4",
+    ),
+    ZooCase(
+        "ls-ok-symmetric-stem-p4m",
+        "library-state",
+        lambda: SymmetricConvStem(3, 4),
+        T8,
+        "p4m",
+        "certified",
+    ),
+    ZooCase(
+        "ls-ok-lifting-attention-p4",
+        "library-state",
+        lambda: LiftNet(LiftingSelfAttention(3, 4, "C4", grid=8), GroupGlobalPool("C4")),
+        T8,
+        "p4",
+        "certified",
+    ),
     ZooCase("ls-ok-aps-downsample", "library-state", APSNet, T8, "translations", "certified"),
-    ZooCase("ls-ok-anchored-residual", "library-state", AnchoredResidual, T8, "translations", "certified"),
-    ZooCase("ls-ok-spatial-reduction", "library-state", lambda: TokenNet(randomized(SpatialReductionAttention(8, 2, (8, 8), 2), 0.5)), T8, "translations", "certified"),
-    ZooCase("ls-ok-attention-pooling", "library-state", lambda: TokenNet(nn.Identity(), AttentionPooling(8, 2, (8, 8))), T8, "translations", "certified"),
-    ZooCase("ls-ok-anchor-subclass-unchanged", "library-state", lambda: AnchoredStridedHead(SubclassedAnchor(2)), T8, "translations", "certified"),
-    ZooCase("ls-ok-group-block-p4", "library-state",
-            lambda: LiftNet(LiftingConvolution(3, 4, 3, "C4"), GroupGlobalPool("C4"), GroupBlock(4, "C4", size=8, neighbourhood=3)), T8, "p4", "certified"),
+    ZooCase(
+        "ls-ok-anchored-residual",
+        "library-state",
+        AnchoredResidual,
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "ls-ok-spatial-reduction",
+        "library-state",
+        lambda: TokenNet(randomized(SpatialReductionAttention(8, 2, (8, 8), 2), 0.5)),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "ls-ok-attention-pooling",
+        "library-state",
+        lambda: TokenNet(nn.Identity(), AttentionPooling(8, 2, (8, 8))),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "ls-ok-anchor-subclass-unchanged",
+        "library-state",
+        lambda: AnchoredStridedHead(SubclassedAnchor(2)),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "ls-ok-group-block-p4",
+        "library-state",
+        lambda: LiftNet(
+            LiftingConvolution(3, 4, 3, "C4"),
+            GroupGlobalPool("C4"),
+            GroupBlock(4, "C4", grid=8, neighbourhood=3),
+        ),
+        T8,
+        "p4",
+        "certified",
+    ),
 ]
 
 
@@ -1644,7 +2842,8 @@ class RotOrbit(nn.Module):
         if self.reflections:
             xf = torch.flip(x, (3,))
             out = out + torch.flip(
-                sum(torch.rot90(self.f(torch.rot90(xf, k, (2, 3))), -k, (2, 3)) for k in range(4)), (3,)
+                sum(torch.rot90(self.f(torch.rot90(xf, k, (2, 3))), -k, (2, 3)) for k in range(4)),
+                (3,),
             )
         return out  # type: ignore[return-value]
 
@@ -1683,26 +2882,112 @@ class PixelEncoder(nn.Module):
 
 
 GENUINE = [
-    ZooCase("gen-rot90-orbit-sum-c4", "genuine-orbit-sum", lambda: RotOrbit(), T8, "c4", "certified",
-            note="sum over k of rot90(f(rot90(x, k)), -k) with a plain zero-padded conv f"),
-    ZooCase("gen-d4-orbit-sum-d4", "genuine-orbit-sum", lambda: RotOrbit(reflections=True), T8, "d4", "certified"),
-    ZooCase("gen-roll-translations", "genuine-roll", lambda: Fn(roll_translations), T8, "translations", "certified"),
-    ZooCase("gen-circular-pad-valid-conv", "genuine-padding", lambda: Fn(circular_pad_conv, conv=nn.Conv2d(3, 4, 3)), T8, "translations", "certified"),
-    ZooCase("gen-mha-pixels-p4m", "genuine-attention", lambda: PixelMHA(nn.MultiheadAttention(4, 2, batch_first=True)), T8, "p4m", "certified",
-            note="nn.MultiheadAttention over the pixels without positions: every permutation"),
-    ZooCase("gen-transformer-encoder-pixels-p4m", "genuine-attention", PixelEncoder, T8, "p4m", "certified"),
+    ZooCase(
+        "gen-rot90-orbit-sum-c4",
+        "genuine-orbit-sum",
+        lambda: RotOrbit(),
+        T8,
+        "c4",
+        "certified",
+        note="sum over k of rot90(f(rot90(x, k)), -k) with a plain zero-padded conv f",
+    ),
+    ZooCase(
+        "gen-d4-orbit-sum-d4",
+        "genuine-orbit-sum",
+        lambda: RotOrbit(reflections=True),
+        T8,
+        "d4",
+        "certified",
+    ),
+    ZooCase(
+        "gen-roll-translations",
+        "genuine-roll",
+        lambda: Fn(roll_translations),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "gen-circular-pad-valid-conv",
+        "genuine-padding",
+        lambda: Fn(circular_pad_conv, conv=nn.Conv2d(3, 4, 3)),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "gen-mha-pixels-p4m",
+        "genuine-attention",
+        lambda: PixelMHA(nn.MultiheadAttention(4, 2, batch_first=True)),
+        T8,
+        "p4m",
+        "certified",
+        note="nn.MultiheadAttention over the pixels without positions: every permutation",
+    ),
+    ZooCase(
+        "gen-transformer-encoder-pixels-p4m",
+        "genuine-attention",
+        PixelEncoder,
+        T8,
+        "p4m",
+        "certified",
+    ),
     ZooCase("gen-d4-symmetric-kernel-p4m", "genuine-conv", D4SymmetricConv, T8, "p4m", "certified"),
-    ZooCase("gen-pointwise-mlp-p4m", "genuine-conv", lambda: seq(nn.Conv2d(3, 6, 1), nn.GroupNorm(2, 6), nn.GELU(), nn.Conv2d(6, 3, 1)), T8, "p4m", "certified"),
-    ZooCase("gen-batchnorm-eval-p4m", "genuine-conv", lambda: randomized(nn.BatchNorm2d(3), 0.5), T8, "p4m", "certified"),
-    ZooCase("gen-circular-convnet-head", "genuine-conv", lambda: seq(circ(3, 4), nn.SiLU(), circ(4, 4, 5), TanhMeanHead(4)), T8, "translations", "certified"),
-    ZooCase("gen-transformer-block-circulant", "genuine-library",
-            lambda: TokenNet(TransformerBlock(8, GlobalSelfAttention(8, 2, (8, 8), bias="circulant"))), T8, "translations", "certified"),
-    ZooCase("gen-sdpa-pixels-p4m", "genuine-attention", lambda: Fn(lambda x: untokens(F.scaled_dot_product_attention(tokens(x), tokens(x), tokens(x)))), T8, "p4m", "certified"),
+    ZooCase(
+        "gen-pointwise-mlp-p4m",
+        "genuine-conv",
+        lambda: seq(nn.Conv2d(3, 6, 1), nn.GroupNorm(2, 6), nn.GELU(), nn.Conv2d(6, 3, 1)),
+        T8,
+        "p4m",
+        "certified",
+    ),
+    ZooCase(
+        "gen-batchnorm-eval-p4m",
+        "genuine-conv",
+        lambda: randomized(nn.BatchNorm2d(3), 0.5),
+        T8,
+        "p4m",
+        "certified",
+    ),
+    ZooCase(
+        "gen-circular-convnet-head",
+        "genuine-conv",
+        lambda: seq(circ(3, 4), nn.SiLU(), circ(4, 4, 5), TanhMeanHead(4)),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "gen-transformer-block-circulant",
+        "genuine-library",
+        lambda: TokenNet(TransformerBlock(8, GlobalSelfAttention(8, 2, (8, 8), bias="circulant"))),
+        T8,
+        "translations",
+        "certified",
+    ),
+    ZooCase(
+        "gen-sdpa-pixels-p4m",
+        "genuine-attention",
+        lambda: Fn(
+            lambda x: untokens(F.scaled_dot_product_attention(tokens(x), tokens(x), tokens(x)))
+        ),
+        T8,
+        "p4m",
+        "certified",
+    ),
 ]
 
 
 ZOO: list[ZooCase] = (
-    PER_AXIS + ARGUMENT_FORMS + DATA_DEPENDENT + IN_PLACE + SUBCLASS + MULTI_OUTPUT + BIAS_PLUS_PARAMETER + LIBRARY_STATE + GENUINE
+    PER_AXIS
+    + ARGUMENT_FORMS
+    + DATA_DEPENDENT
+    + IN_PLACE
+    + SUBCLASS
+    + MULTI_OUTPUT
+    + BIAS_PLUS_PARAMETER
+    + LIBRARY_STATE
+    + GENUINE
 )
 
 
@@ -1718,7 +3003,9 @@ class Element(NamedTuple):
     dx: int
 
 
-def group_elements(group_name: str, side: int = SIDE, exhaustive: bool = True, seed: int = 0) -> list[Element]:
+def group_elements(
+    group_name: str, side: int = SIDE, exhaustive: bool = True, seed: int = 0
+) -> list[Element]:
     """Elements the oracle checks.
 
     ``translations``: all ``side²`` shifts (or, ``exhaustive=False``, the generators and a
@@ -1737,7 +3024,9 @@ def group_elements(group_name: str, side: int = SIDE, exhaustive: bool = True, s
     point = {"c4": 4, "d4": 8, "p4": 4, "p4m": 8}.get(group_name)
     if point is None:
         raise ValueError(f"oracle: unknown group {group_name!r}")
-    rotations = [(k, flip) for flip in ((False, True) if point == 8 else (False,)) for k in range(4)]
+    rotations = [
+        (k, flip) for flip in ((False, True) if point == 8 else (False,)) for k in range(4)
+    ]
     if group_name in ("c4", "d4"):
         return [Element(k, flip, 0, 0) for k, flip in rotations]
     shifts = [(0, 0), (1, 0), (0, 1), (rng.randrange(1, side), rng.randrange(1, side))]
@@ -1767,7 +3056,9 @@ def act(t: torch.Tensor, g: Element, action: str) -> torch.Tensor:
         return _act_grid(grid, g, (1, 2)).reshape(b, n, c)
     if action == "lifted-c4":
         if g.flip or t.dim() != 5 or t.shape[2] != 4:
-            raise ValueError(f"oracle: lifted-c4 acts on (B, C, 4, H, W) by rotations only, got {tuple(t.shape)}, {g}")
+            raise ValueError(
+                f"oracle: lifted-c4 acts on (B, C, 4, H, W) by rotations only, got {tuple(t.shape)}, {g}"
+            )
         return torch.roll(_act_grid(t, g), g.k, 2) if g.k else _act_grid(t, g)
     raise ValueError(f"oracle: unknown output action {action!r}")
 
@@ -1783,13 +3074,20 @@ def flatten_outputs(out: Any) -> list[torch.Tensor]:
     raise TypeError(f"oracle: unexpected output leaf {type(out).__name__}")
 
 
-def output_actions(leaves: Sequence[torch.Tensor], input_shape: Sequence[int], group_name: str, stated: str | tuple[str, ...] | None) -> list[str]:
+def output_actions(
+    leaves: Sequence[torch.Tensor],
+    input_shape: Sequence[int],
+    group_name: str,
+    stated: str | tuple[str, ...] | None,
+) -> list[str]:
     """The action on every output leaf: stated, or decided by its shape."""
     if isinstance(stated, str):
         return [stated] * len(leaves)
     if stated is not None:
         if len(stated) != len(leaves):
-            raise ValueError(f"oracle: {len(stated)} output actions stated for {len(leaves)} outputs")
+            raise ValueError(
+                f"oracle: {len(stated)} output actions stated for {len(leaves)} outputs"
+            )
         return list(stated)
     actions = []
     h, w = input_shape[-2], input_shape[-1]

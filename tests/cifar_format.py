@@ -48,7 +48,9 @@ def py2_pickle(obj: Any) -> bytes:
     return buffer.getvalue()
 
 
-def make_batch(n: int, rng: np.random.Generator, label_offset: int = 0) -> tuple[np.ndarray, list[int]]:
+def make_batch(
+    n: int, rng: np.random.Generator, label_offset: int = 0
+) -> tuple[np.ndarray, list[int]]:
     """``n`` random images ``(n, 3072)`` uint8 and labels ``0 … 9``."""
     data = rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
     labels = [int((k + label_offset) % 10) for k in range(n)]
@@ -56,7 +58,12 @@ def make_batch(n: int, rng: np.random.Generator, label_offset: int = 0) -> tuple
 
 
 def write_cifar10(
-    folder: Path, per_batch: int = 4, n_test: int = 6, seed: int = 0, meta: bool = True, protocol: int | None = None
+    folder: Path,
+    per_batch: int = 4,
+    n_test: int = 6,
+    seed: int = 0,
+    meta: bool = True,
+    protocol: int | None = None,
 ) -> dict[str, tuple[np.ndarray, list[int]]]:
     """Write ``data_batch_1..5``, ``test_batch`` (and ``batches.meta``); return what was written.
 
@@ -79,6 +86,12 @@ def write_cifar10(
         blob = py2_pickle(batch) if protocol is None else pickle.dumps(batch, protocol=protocol)
         (folder / name).write_bytes(blob)
     if meta:
-        info = {b"num_cases_per_batch": per_batch, b"label_names": [c.encode() for c in CLASSES], b"num_vis": 3072}
-        (folder / "batches.meta").write_bytes(py2_pickle(info) if protocol is None else pickle.dumps(info, protocol=protocol))
+        info = {
+            b"num_cases_per_batch": per_batch,
+            b"label_names": [c.encode() for c in CLASSES],
+            b"num_vis": 3072,
+        }
+        (folder / "batches.meta").write_bytes(
+            py2_pickle(info) if protocol is None else pickle.dumps(info, protocol=protocol)
+        )
     return written

@@ -74,7 +74,9 @@ def _field_types(key: str):
     }
     if point is not None:
         fields["lifted"] = LiftedField(point)
-        fields["lifted_d4"] = LiftedField(D4) if isinstance(point, DihedralGroup) else LiftedField(C4)
+        fields["lifted_d4"] = (
+            LiftedField(D4) if isinstance(point, DihedralGroup) else LiftedField(C4)
+        )
         fields["grid_regular"] = GridField(RegularRepresentation(point, 2))
         fields["grid_standard"] = GridField(_standard_representation(group))
         fields["lifted_regular"] = LiftedField(point, RegularRepresentation(point))
@@ -102,19 +104,26 @@ def test_field_action_law_is_exact(key: str, name: str, data: st.DataObject) -> 
 
 @settings(max_examples=10)
 @given(data=st.data(), n=st.sampled_from([3, 6, 8, 12]), dihedral=st.booleans())
-def test_any_angle_acts_on_continuous_coordinates(data: st.DataObject, n: int, dihedral: bool) -> None:
+def test_any_angle_acts_on_continuous_coordinates(
+    data: st.DataObject, n: int, dihedral: bool
+) -> None:
     group = DihedralGroup(n) if dihedral else CyclicGroup(n)
     g, h = data.draw(group_elements(group)), data.draw(group_elements(group))
     coords = torch.randn(7, 2, dtype=torch.float64)
     center = (0.25, -1.5)
-    lhs = act_on_coordinates(group, g, act_on_coordinates(group, h, coords, center=center), center=center)
+    lhs = act_on_coordinates(
+        group, g, act_on_coordinates(group, h, coords, center=center), center=center
+    )
     rhs = act_on_coordinates(group, g * h, coords, center=center)
     assert torch.allclose(lhs, rhs, rtol=0, atol=1e-12)
     # isometry fixing the centre
     dists = torch.cdist(coords, coords)
     assert torch.allclose(torch.cdist(rhs, rhs), dists, atol=1e-12)
-    assert torch.allclose(act_on_coordinates(group, g, torch.tensor([center], dtype=torch.float64), center=center),
-                          torch.tensor([center], dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(
+        act_on_coordinates(group, g, torch.tensor([center], dtype=torch.float64), center=center),
+        torch.tensor([center], dtype=torch.float64),
+        atol=1e-12,
+    )
 
 
 @pytest.mark.parametrize("key", list(SPATIAL_GROUPS))
@@ -125,7 +134,9 @@ def test_integer_coordinates_move_exactly(key: str, data: st.DataObject) -> None
     g, h = data.draw(group_elements(group)), data.draw(group_elements(group))
     coords = torch.tensor(list(itertools.product(range(-3, 4), repeat=2)))
     modulo = (SIZE, SIZE) if group.is_finite and key not in {"c2", "c4", "d2", "d4"} else None
-    lhs = act_on_coordinates(group, g, act_on_coordinates(group, h, coords, modulo=modulo), modulo=modulo)
+    lhs = act_on_coordinates(
+        group, g, act_on_coordinates(group, h, coords, modulo=modulo), modulo=modulo
+    )
     rhs = act_on_coordinates(group, g * h, coords, modulo=modulo)
     assert rhs.dtype == torch.int64
     assert torch.equal(lhs, rhs)
@@ -142,7 +153,9 @@ def test_pixels_move_like_coordinates(key: str) -> None:
             x = torch.zeros(1, 1, SIZE, SIZE, dtype=torch.float64)
             x[0, 0, p[0], p[1]] = 1.0
             moved = GridField().act(group, g, x)
-            q = act_on_coordinates(group, g, torch.tensor([p], dtype=torch.float64), center=center, modulo=(SIZE, SIZE))
+            q = act_on_coordinates(
+                group, g, torch.tensor([p], dtype=torch.float64), center=center, modulo=(SIZE, SIZE)
+            )
             qy, qx = (round(v) for v in q[0].tolist())
             assert moved[0, 0, qy, qx] == 1.0 and moved.sum() == 1.0, (g, p)
 
@@ -151,11 +164,18 @@ def test_grid_conventions_are_rot90_and_flip() -> None:
     x = torch.randn(2, 3, 4, 4)
     assert torch.equal(GridField().act(C4, 1, x), torch.rot90(x, 1, dims=(-2, -1)))
     assert torch.equal(GridField().act(D4, D4.make(0, True), x), torch.flip(x, dims=(-1,)))
-    assert torch.equal(GridField().act(D4, D4.make(3, True), x), torch.rot90(torch.flip(x, dims=(-1,)), 3, dims=(-2, -1)))
+    assert torch.equal(
+        GridField().act(D4, D4.make(3, True), x),
+        torch.rot90(torch.flip(x, dims=(-1,)), 3, dims=(-2, -1)),
+    )
     torus = TorusTranslations(4, 4)
-    assert torch.equal(GridField().act(torus, (1, 3), x), torch.roll(x, shifts=(1, 3), dims=(-2, -1)))
+    assert torch.equal(
+        GridField().act(torus, (1, 3), x), torch.roll(x, shifts=(1, 3), dims=(-2, -1))
+    )
     strided = TorusTranslations(2, 2, stride=2)
-    assert torch.equal(GridField().act(strided, (1, 1), x), torch.roll(x, shifts=(2, 2), dims=(-2, -1)))
+    assert torch.equal(
+        GridField().act(strided, (1, 1), x), torch.roll(x, shifts=(2, 2), dims=(-2, -1))
+    )
     # a pixel moves to p + t; integer rotation (y, x) -> (-x, y)
     assert act_on_coordinates(C4, 1, torch.tensor([[2, 1]])).tolist() == [[-1, 2]]
     assert act_on_coordinates(D4, D4.make(0, True), torch.tensor([[2, 1]])).tolist() == [[2, -1]]
@@ -194,7 +214,9 @@ def test_token_field_agrees_with_grid_and_lifted_fields() -> None:
         seq = torch.cat([cls_token, x_img.flatten(2).transpose(1, 2)], dim=1)
         moved = tokens.act(group, g, seq)
         assert torch.equal(moved[:, :1], cls_token)
-        assert torch.equal(moved[:, 1:], GridField().act(group, g, x_img).flatten(2).transpose(1, 2))
+        assert torch.equal(
+            moved[:, 1:], GridField().act(group, g, x_img).flatten(2).transpose(1, 2)
+        )
         seq = x_lift.flatten(2).transpose(1, 2)
         moved = lifted_tokens.act(group, g, seq)
         assert torch.equal(moved, LiftedField(D4).act(group, g, x_lift).flatten(2).transpose(1, 2))
@@ -241,11 +263,23 @@ def test_point_group_of_and_spatial_element() -> None:
 @pytest.mark.parametrize(
     ("field", "shape", "message"),
     [
-        (GridField(), (2, 3, 4), r"GridField: expected an image batch \(B, C, H, W\), got a tensor of shape \(2, 3, 4\)"),
+        (
+            GridField(),
+            (2, 3, 4),
+            r"GridField: expected an image batch \(B, C, H, W\), got a tensor of shape \(2, 3, 4\)",
+        ),
         (GridField(), (1, 2, 3, 4, 4), "GridField: expected an image batch"),
-        (LiftedField(C4), (1, 2, 4, 4), r"LiftedField: expected a lifted field \(B, C, \|C4\|=4, H, W\)"),
+        (
+            LiftedField(C4),
+            (1, 2, 4, 4),
+            r"LiftedField: expected a lifted field \(B, C, \|C4\|=4, H, W\)",
+        ),
         (LiftedField(D4), (1, 2, 4, 4, 4), r"\|D4\|=8"),
-        (TokenField(grid=(4, 4)), (1, 16), r"TokenField: expected tokens \(B, N=16, C\) over a 4x4 grid"),
+        (
+            TokenField(grid=(4, 4)),
+            (1, 16),
+            r"TokenField: expected tokens \(B, N=16, C\) over a 4x4 grid",
+        ),
         (TokenField(grid=(4, 4), prefix=1), (1, 16, 3), "with 1 prefix tokens"),
         (SetField(6), (1, 5, 2), r"SetField: expected a token set \(B, N=6, C\)"),
         (InvariantField(), (), r"InvariantField: expected a batched tensor"),
@@ -264,7 +298,9 @@ def test_spatial_errors_are_clear() -> None:
         LiftedField(C4).act(p4(), ((0, 0), 3), torch.zeros(1, 1, 4, 3, 5))
     with pytest.raises(GroupError, match="acting exactly on the pixel grid"):
         GridField().act(CyclicGroup(8), 1, torch.zeros(1, 1, 4, 4))
-    with pytest.raises(GroupError, match=r"act_on_coordinates: expected coordinates of shape \(\.\.\., 2\)"):
+    with pytest.raises(
+        GroupError, match=r"act_on_coordinates: expected coordinates of shape \(\.\.\., 2\)"
+    ):
         act_on_coordinates(C4, 1, torch.zeros(4, 3))
     with pytest.raises(GroupError, match="expected an element in"):
         GridField().act(C4, 9, torch.zeros(1, 1, 4, 4))
@@ -272,14 +308,18 @@ def test_spatial_errors_are_clear() -> None:
         GridField().act(SymmetricGroup(3), 1, torch.zeros(1, 1, 4, 4))
     with pytest.raises(GroupError, match="SetField: expected a permutation group, got C4"):
         SetField(4).act(C4, 1, torch.zeros(1, 4, 2))
-    with pytest.raises(GroupError, match="SetField: expected a permutation group of degree 4, got degree 3"):
+    with pytest.raises(
+        GroupError, match="SetField: expected a permutation group of degree 4, got degree 3"
+    ):
         SetField(4).act(SymmetricGroup(3), 1, torch.zeros(1, 4, 2))
     with pytest.raises(GroupError, match=r"expected 8 channels for regular\(C4, x2\), got 3"):
         GridField(RegularRepresentation(C4, 2)).act(C4, 1, torch.zeros(1, 3, 4, 4))
     with pytest.raises(GroupError, match="LiftedField: expected a point group"):
         LiftedField(TorusTranslations(4))  # type: ignore[arg-type]
     bad = MatrixRepresentation(C4, 2, lambda g: torch.eye(3), name="bad")
-    with pytest.raises(GroupError, match=r"MatrixRepresentation\(bad\): expected a 2x2 matrix, got \(3, 3\)"):
+    with pytest.raises(
+        GroupError, match=r"MatrixRepresentation\(bad\): expected a 2x2 matrix, got \(3, 3\)"
+    ):
         GridField(bad).act(C4, 1, torch.zeros(1, 2, 4, 4))
     with pytest.raises(GroupError, match="RegularRepresentation: expected a finite group"):
         RegularRepresentation(GridTranslations())  # type: ignore[arg-type]

@@ -73,7 +73,9 @@ def test_argmax_canonicalizer_errors() -> None:
     with pytest.raises(GroupError, match="expected a finite group"):
         ArgmaxCanonicalizer(object(), lambda x: x)  # type: ignore[arg-type]
     canon = ArgmaxCanonicalizer(CyclicGroup(4), lambda x: x.sum(dim=(1, 2)))
-    with pytest.raises(GroupError, match="ArgmaxCanonicalizer: expected the score function to return shape"):
+    with pytest.raises(
+        GroupError, match="ArgmaxCanonicalizer: expected the score function to return shape"
+    ):
         canon(torch.randn(2, 1, 4, 4))
     with pytest.raises(GroupError, match="ArgmaxCanonicalizer: expected an image batch"):
         canon(torch.randn(4, 4))
@@ -128,7 +130,9 @@ def test_unanchoring_is_frame_restoring_around_an_equivariant_map(float_dtype) -
         return unanchor(conv(anchored.output), anchored.frame)
 
     x = torch.randn(3, 2, 8, 8, dtype=float_dtype)
-    assert_equivariant(wrapped, x, TorusTranslations(8, 8), input_type=GridField(), output_type=GridField())
+    assert_equivariant(
+        wrapped, x, TorusTranslations(8, 8), input_type=GridField(), output_type=GridField()
+    )
 
 
 def test_token_layout_matches_image_layout() -> None:
@@ -139,7 +143,9 @@ def test_token_layout_matches_image_layout() -> None:
         token = polyphase_anchor(tokens, 4, norm, grid=(8, 12))
         assert torch.equal(image.frame, token.frame)
         assert torch.equal(image.output.flatten(2).transpose(1, 2), token.output)
-        torch.testing.assert_close(polyphase_norms(x, 4, norm), polyphase_norms(tokens, 4, norm, (8, 12)))
+        torch.testing.assert_close(
+            polyphase_norms(x, 4, norm), polyphase_norms(tokens, 4, norm, (8, 12))
+        )
         assert torch.equal(polyphase_unanchor(token.output, token.frame, (8, 12)), tokens)
     anchor = PolyphaseAnchor(2, grid=(8, 12))
     assert anchor.contract(TorusTranslations(8, 12)).input_type == TokenField((8, 12))
@@ -154,9 +160,15 @@ def test_polyphase_norms_match_the_definition() -> None:
         for px in range(3):
             component = x[:, :, py::3, px::3].reshape(2, -1).double()
             torch.testing.assert_close(norms[:, py * 3 + px], component.norm(dim=1))
-            torch.testing.assert_close(polyphase_norms(x, 3, "l1")[:, py * 3 + px], component.abs().sum(1))
-            torch.testing.assert_close(polyphase_norms(x, 3, "l4")[:, py * 3 + px], component.norm(p=4, dim=1))
-            assert torch.equal(polyphase_norms(x, 3, "max")[:, py * 3 + px], component.abs().amax(1))
+            torch.testing.assert_close(
+                polyphase_norms(x, 3, "l1")[:, py * 3 + px], component.abs().sum(1)
+            )
+            torch.testing.assert_close(
+                polyphase_norms(x, 3, "l4")[:, py * 3 + px], component.norm(p=4, dim=1)
+            )
+            assert torch.equal(
+                polyphase_norms(x, 3, "max")[:, py * 3 + px], component.abs().amax(1)
+            )
 
 
 def test_token_index_helpers_compose_a_roll_with_a_fixed_order() -> None:
@@ -167,7 +179,9 @@ def test_token_index_helpers_compose_a_roll_with_a_fixed_order() -> None:
     assert torch.equal(frame, anchored.frame) and torch.equal(margin, anchored.margin)
     rows, cols = torch.meshgrid(torch.arange(4), torch.arange(6), indexing="ij")
     order = torch.randperm(24)  # any fixed token order
-    index = shifted_token_index(frame[:, 0], frame[:, 1], grid, rows.reshape(-1)[order], cols.reshape(-1)[order])
+    index = shifted_token_index(
+        frame[:, 0], frame[:, 1], grid, rows.reshape(-1)[order], cols.reshape(-1)[order]
+    )
     assert torch.equal(gather_tokens(tokens, index), anchored.output[:, order])
 
 
@@ -195,9 +209,14 @@ def test_ties_are_deterministic_with_zero_margin(norm: str) -> None:
 def test_symmetric_upsampling_ties_l2_and_l1_but_not_l4() -> None:
     # A bilinear x2 zoom (symmetric kernel) of an image with a zero rim (like the bundled
     # digits) makes the stride-2 polyphase L2/L1 norms tie exactly; the L4 norm separates them.
-    small = torch.nn.functional.pad(torch.rand(6, 1, 6, 6, dtype=torch.float64), (1, 1, 1, 1))  # zero rim, as digits
+    small = torch.nn.functional.pad(
+        torch.rand(6, 1, 6, 6, dtype=torch.float64), (1, 1, 1, 1)
+    )  # zero rim, as digits
     image = torch.nn.functional.pad(
-        torch.nn.functional.interpolate(small, scale_factor=2, mode="bilinear", align_corners=False), (8, 8, 8, 8)
+        torch.nn.functional.interpolate(
+            small, scale_factor=2, mode="bilinear", align_corners=False
+        ),
+        (8, 8, 8, 8),
     )
     for norm in ("l2", "l1"):
         scores = polyphase_norms(image, 2, norm)  # type: ignore[arg-type]
@@ -213,7 +232,9 @@ def test_aps_downsampling_maps_translations_onto_coarse_translations(stride: int
     down = AdaptivePolyphaseDownsample(stride, image_size=(size, size))
     group = TorusTranslations(size, size)
     contract = down.contract(group)
-    assert contract.kind == Status.CANONICALIZING and contract.output_group == TorusTranslations(4, 4)
+    assert contract.kind == Status.CANONICALIZING and contract.output_group == TorusTranslations(
+        4, 4
+    )
     x = torch.randn(3, 2, size, size)
     result = down(x)
     assert result.output.shape == (3, 2, 4, 4)
@@ -237,27 +258,47 @@ def test_aps_up_after_down_moves_exactly_with_the_input(stride: int) -> None:
     for b, (py, px) in enumerate(down(x).frame.tolist()):
         keep[b, :, py::stride, px::stride] = 1.0
     assert torch.equal(y, x * keep)
-    assert_equivariant(round_trip, x, TorusTranslations(8, 8), exact=True,
-                       input_type=GridField(), output_type=GridField())
+    assert_equivariant(
+        round_trip,
+        x,
+        TorusTranslations(8, 8),
+        exact=True,
+        input_type=GridField(),
+        output_type=GridField(),
+    )
 
 
 # ----------------------------------------------------------------------------- bad input
 def test_bad_input_errors() -> None:
-    with pytest.raises(GroupError, match="polyphase_norms: expected a grid divisible by stride 3, got 32x32"):
+    with pytest.raises(
+        GroupError, match="polyphase_norms: expected a grid divisible by stride 3, got 32x32"
+    ):
         polyphase_anchor(torch.randn(1, 1, 32, 32), 3)
-    with pytest.raises(GroupError, match=r"expected an image batch \(B, C, H, W\), got a tensor of shape \(32, 32\)"):
+    with pytest.raises(
+        GroupError,
+        match=r"expected an image batch \(B, C, H, W\), got a tensor of shape \(32, 32\)",
+    ):
         PolyphaseAnchor(2)(torch.randn(32, 32))
-    with pytest.raises(GroupError, match="PolyphaseAnchor: expected a stride as an int >= 1, got 0"):
+    with pytest.raises(
+        GroupError, match="PolyphaseAnchor: expected a stride as an int >= 1, got 0"
+    ):
         PolyphaseAnchor(0)
     with pytest.raises(GroupError, match="expected norm 'l2', 'l1', 'l4' or 'max', got 'l3'"):
         PolyphaseAnchor(2, norm="l3")  # type: ignore[arg-type]
-    with pytest.raises(GroupError, match="PolyphaseAnchor: expected a grid divisible by stride 4, got 6x8"):
+    with pytest.raises(
+        GroupError, match="PolyphaseAnchor: expected a grid divisible by stride 4, got 6x8"
+    ):
         PolyphaseAnchor(4, grid=(6, 8))
     with pytest.raises(GroupError, match=r"expected tokens \(B, N=64, C\) over a 8x8 grid"):
         PolyphaseAnchor(2, grid=(8, 8))(torch.randn(2, 63, 4))
-    with pytest.raises(GroupError, match=r"polyphase_unanchor: expected an integer frame of shape \(2, 2\)"):
+    with pytest.raises(
+        GroupError, match=r"polyphase_unanchor: expected an integer frame of shape \(2, 2\)"
+    ):
         polyphase_unanchor(torch.randn(2, 1, 4, 4), torch.zeros(3, 2, dtype=torch.long))
-    with pytest.raises(GroupError, match="AdaptivePolyphaseDownsample: expected a grid divisible by stride 2, got 5x4"):
+    with pytest.raises(
+        GroupError,
+        match="AdaptivePolyphaseDownsample: expected a grid divisible by stride 2, got 5x4",
+    ):
         AdaptivePolyphaseDownsample(2)(torch.randn(1, 1, 5, 4))
     with pytest.raises(GroupError, match="AdaptivePolyphaseUpsample: expected an integer frame"):
         AdaptivePolyphaseUpsample(2)(torch.randn(2, 1, 4, 4), torch.zeros(2, 2))

@@ -162,7 +162,10 @@ def test_untracked_split_of_a_spatial_axis_is_unverified() -> None:
     # summing 4x4 blocks: shifts by one pixel move entries across blocks
     cert = certify(WindowSplit(), X, "translations")
     assert not cert.certified
-    assert cert.first_break is not None and "moves entries between those and other dims" in cert.first_break.reason
+    assert (
+        cert.first_break is not None
+        and "moves entries between those and other dims" in cert.first_break.reason
+    )
 
 
 def test_user_contract_by_decorator() -> None:
@@ -179,12 +182,15 @@ def test_user_contract_by_decorator() -> None:
     assert cert.verdict == Status.BROKEN and cert.first_break is not None
     assert "Registered: deliberately declared broken" in cert.first_break.reason
     assert any("declared contracts" in note for note in cert.notes)
+
     # a body that verifies is checked by its body, whatever is registered
     class Declared(Swish):
         pass
 
     register_contract(Declared)(lambda m, g, t: Contract.breaks("never consulted", t, t))
-    assert certify(nn.Sequential(circ(3), Declared()), X, "translations").verdict == Status.EQUIVARIANT
+    assert (
+        certify(nn.Sequential(circ(3), Declared()), X, "translations").verdict == Status.EQUIVARIANT
+    )
 
 
 def test_lying_contract_is_reported_as_a_checker_defect() -> None:
@@ -192,9 +198,13 @@ def test_lying_contract_is_reported_as_a_checker_defect() -> None:
     cert = certify(model, X, "translations", verify=True)
     assert not cert.certified  # the checker sees through the lie, or the numbers refute it
     if cert.disagreements:
-        assert cert.verdict == Status.UNVERIFIED and "defect of the checker" in cert.disagreements[0]
+        assert (
+            cert.verdict == Status.UNVERIFIED and "defect of the checker" in cert.disagreements[0]
+        )
     # a checker that believed the contract: refuted numerically, never left certified
-    believed = Certificate(Status.EQUIVARIANT, TorusTranslations(8, 8), GridField(), output_type=GridField())
+    believed = Certificate(
+        Status.EQUIVARIANT, TorusTranslations(8, 8), GridField(), output_type=GridField()
+    )
     attach_verification(believed, model, X, None)
     assert believed.verdict == Status.UNVERIFIED and not believed.certified
     assert believed.disagreements and "defect of the checker" in believed.disagreements[0]
@@ -209,9 +219,14 @@ def test_no_contracts_are_registered_on_import() -> None:
 
     assert contract_of(nn.LayerNorm(4), g).kind.value == "unverified"
     assert contract_of(circ(3), g, GridField()).kind.value == "unverified"
-    strided = certify(nn.Conv2d(3, 3, 2, stride=2), torch.randn(2, 3, 8, 8), TorusTranslations(4, 4, stride=2))
+    strided = certify(
+        nn.Conv2d(3, 3, 2, stride=2), torch.randn(2, 3, 8, 8), TorusTranslations(4, 4, stride=2)
+    )
     assert strided.verdict == Status.EQUIVARIANT and strided.output_group == TorusTranslations(4, 4)
-    assert certify(nn.Conv2d(3, 3, 3, padding=1, padding_mode="circular"), X, CyclicGroup(4)).verdict == Status.BROKEN
+    assert (
+        certify(nn.Conv2d(3, 3, 3, padding=1, padding_mode="circular"), X, CyclicGroup(4)).verdict
+        == Status.BROKEN
+    )
 
 
 def test_verify_canonicalizer_up_to_frame_and_ties() -> None:
@@ -220,7 +235,11 @@ def test_verify_canonicalizer_up_to_frame_and_ties() -> None:
     assert report.up_to_frame and report.equivariant and not report.ties
     # a constant image ties every phase: margin 0, flagged
     tied = verify(anchor, torch.ones(2, 3, 8, 8), TorusTranslations(8, 8))
-    assert tied.ties and tied.ties[0].startswith("PolyphaseAnchor: ") and "tied sample(s)" in tied.ties[0]
+    assert (
+        tied.ties
+        and tied.ties[0].startswith("PolyphaseAnchor: ")
+        and "tied sample(s)" in tied.ties[0]
+    )
     # every element of C4 is tested by default
     assert len(verify(nn.Conv2d(3, 3, 1), X, "c4").errors) == 4
 
@@ -238,7 +257,21 @@ def test_layout_field_acts_like_the_library_fields() -> None:
 def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # codes: 0 certified, 1 runtime error, 2 usage error, 3 broken, 4 unverified, 5 disagreement
     out = tmp_path / "cert.json"
-    assert main(["check", "--model", "vit", "--verify", "--json", str(out), "--graph", str(tmp_path / "g.dot")]) == 0
+    assert (
+        main(
+            [
+                "check",
+                "--model",
+                "vit",
+                "--verify",
+                "--json",
+                str(out),
+                "--graph",
+                str(tmp_path / "g.dot"),
+            ]
+        )
+        == 0
+    )
     data = json.loads(out.read_text())
     assert data["verdict"] in ("equivariant", "invariant") and data["first_break"] is None
     assert data["unverified"] == [] and data["max_error"] <= 1e-10
@@ -250,7 +283,10 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert main(["check", "test_check_api:broken_factory", *shape]) == 3
     assert main(["check", "torch.nn:Identity", *shape]) == 0
     assert main(["check", "test_check_api:untraceable_factory", *shape]) == 4
-    assert main(["check", "test_check_api:broken_factory", "--input-shape", "2,x", "--group", "c4"]) == 2
+    assert (
+        main(["check", "test_check_api:broken_factory", "--input-shape", "2,x", "--group", "c4"])
+        == 2
+    )
     assert main(["check", "test_check_api:broken_factory", "--input-shape", "2,3,8,8"]) == 2
     assert main(["check", "no_such_module:factory", *shape]) == 2
     assert main(["check", "--model", "no-such-model"]) == 2
@@ -319,7 +355,10 @@ class RestoreAfterStride(nn.Module):
 
 @pytest.mark.parametrize(
     ("model", "word"),
-    [(PositionDependentChannels(), "depending on the position"), (RestoreAfterStride(), "changed since then")],
+    [
+        (PositionDependentChannels(), "depending on the position"),
+        (RestoreAfterStride(), "changed since then"),
+    ],
     ids=["position-dependent-gather", "restore-after-stride"],
 )
 def test_unsound_looking_compositions_are_not_certified(model: nn.Module, word: str) -> None:
@@ -335,7 +374,9 @@ def test_single_library_layers_are_checked_by_their_contract() -> None:
     good = certify(GlobalSelfAttention(8, 2, (8, 8)), tokens, "translations", verify=True)
     assert good.verdict == Status.EQUIVARIANT
     assert good.verification is not None and good.verification.equivariant
-    bad = certify(GlobalSelfAttention(8, 2, (8, 8), bias="clipped"), tokens, "translations", verify=True)
+    bad = certify(
+        GlobalSelfAttention(8, 2, (8, 8), bias="clipped"), tokens, "translations", verify=True
+    )
     assert bad.verdict == Status.BROKEN and bad.first_break is not None
     assert "position-dependent constant" in bad.first_break.reason
     assert bad.verification is not None and not bad.verification.equivariant

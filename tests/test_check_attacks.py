@@ -30,15 +30,29 @@ def test_attack_gets_no_false_certificate(case: tuple) -> None:
     if fn.__name__ in TRUSTED_BY_DESIGN:
         assert error > attacks.TOL  # the oracle still sees the break; the trust is documented
         return
-    assert not (verdict in ("equivariant", "invariant") and error > attacks.TOL), (fn.__name__, verdict, error)
-    if fn.__name__ != "buffer_aliasing_parameter":  # its verify column certifies a deep copy, which drops the aliasing
-        assert not (verified in ("equivariant", "invariant") and error > attacks.TOL), (fn.__name__, verified, error)
+    assert not (verdict in ("equivariant", "invariant") and error > attacks.TOL), (
+        fn.__name__,
+        verdict,
+        error,
+    )
+    if (
+        fn.__name__ != "buffer_aliasing_parameter"
+    ):  # its verify column certifies a deep copy, which drops the aliasing
+        assert not (verified in ("equivariant", "invariant") and error > attacks.TOL), (
+            fn.__name__,
+            verified,
+            error,
+        )
 
 
 def test_certify_leaves_a_patched_forward_in_place() -> None:
     net = attacks._AnchorNet()
+
     def patched(x: torch.Tensor) -> attacks.Canonicalized:
-        return attacks.Canonicalized(x.flip(-1), torch.zeros(x.shape[0], 2, dtype=torch.long), torch.ones(x.shape[0]))
+        return attacks.Canonicalized(
+            x.flip(-1), torch.zeros(x.shape[0], 2, dtype=torch.long), torch.ones(x.shape[0])
+        )
+
     net.anchor.forward = patched
     attacks.certify(net, torch.randn(2, 3, 8, 8), "translations")
     assert net.anchor.forward is patched

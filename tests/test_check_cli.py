@@ -148,7 +148,11 @@ def defective_checker(monkeypatch: pytest.MonkeyPatch) -> None:
     def certify(model: nn.Module, x: torch.Tensor, group: Any, **kwargs: Any) -> Any:
         cert = real(model, x, group, **kwargs)
         if any(isinstance(m, LiesAboutItself) for m in model.modules()):
-            cert.verdict, cert.output_type, cert.output_group = Status.EQUIVARIANT, GridField(), None
+            cert.verdict, cert.output_type, cert.output_group = (
+                Status.EQUIVARIANT,
+                GridField(),
+                None,
+            )
             cert.first_break, cert.reason, cert.outputs = None, None, []
         return cert
 
@@ -170,7 +174,11 @@ def _json(path: Path) -> dict[str, Any]:
     ],
 )
 def test_each_outcome_has_its_exit_code_in_text_and_json(
-    factory: str, status: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], defective_checker: None
+    factory: str,
+    status: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    defective_checker: None,
 ) -> None:
     out = tmp_path / "cert.json"
     code = _check(f"test_check_cli:{factory}", *SHAPE, "--json", str(out))
@@ -191,22 +199,34 @@ def test_no_verify_skips_the_numerical_check(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], defective_checker: None
 ) -> None:
     out = tmp_path / "cert.json"
-    assert _check("test_check_cli:lying_factory", *SHAPE, "--no-verify", "--json", str(out)) == EXIT_CODES["certified"]
+    assert (
+        _check("test_check_cli:lying_factory", *SHAPE, "--no-verify", "--json", str(out))
+        == EXIT_CODES["certified"]
+    )
     data = _json(out)
     assert data["verified"] is False and "verification" not in data
     assert "numerical check: skipped (--no-verify)" in capsys.readouterr().out
     assert _check("test_check_cli:good_factory", *SHAPE, "--verify") == 0  # still accepted
 
 
-def test_a_crash_is_a_runtime_error_never_broken(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_crash_is_a_runtime_error_never_broken(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "cert.json"
-    for factory, words in (("crashing_factory", "RuntimeError: boom in forward"), ("raising_factory", "ValueError")):
+    for factory, words in (
+        ("crashing_factory", "RuntimeError: boom in forward"),
+        ("raising_factory", "ValueError"),
+    ):
         capsys.readouterr()
         code = _check(f"test_check_cli:{factory}", *SHAPE, "--json", str(out))
         assert code == EXIT_CODES["runtime_error"] != EXIT_CODES["broken"]
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err and words in err
-        assert _json(out) == {"status": "runtime_error", "exit_code": 1, "error": _json(out)["error"]}
+        assert _json(out) == {
+            "status": "runtime_error",
+            "exit_code": 1,
+            "error": _json(out)["error"],
+        }
     assert _check("test_check_cli:crashing_factory", *SHAPE, "--traceback") == 1
     assert "Traceback" in capsys.readouterr().err
 
@@ -214,14 +234,26 @@ def test_a_crash_is_a_runtime_error_never_broken(tmp_path: Path, capsys: pytest.
 def test_group_factory_pairs_give_the_input_type(tmp_path: Path) -> None:
     out = tmp_path / "cert.json"
     shape = ["--input-shape", "2,3,8,8"]
-    assert _check("test_check_cli:good_factory", *shape, "--group", "test_check_cli:torus_with_type") == 0
+    assert (
+        _check("test_check_cli:good_factory", *shape, "--group", "test_check_cli:torus_with_type")
+        == 0
+    )
     assert _check("test_check_cli:good_factory", *shape, "--group", "test_check_cli:torus") == 0
     # a G-set of tokens: the numerical check runs over S_6 whatever the checker can say
     code = _check(
-        "test_check_cli:deep_sets", "--input-shape", "2,6,4", "--group", "test_check_cli:s6_on_tokens", "--json", str(out)
+        "test_check_cli:deep_sets",
+        "--input-shape",
+        "2,6,4",
+        "--group",
+        "test_check_cli:s6_on_tokens",
+        "--json",
+        str(out),
     )
     data = _json(out)
-    assert code in (EXIT_CODES["certified"], EXIT_CODES["unverified"]) and data["status"] != "disagreement"
+    assert (
+        code in (EXIT_CODES["certified"], EXIT_CODES["unverified"])
+        and data["status"] != "disagreement"
+    )
     assert data["input_type"].startswith("set(B,6,C)")
     assert data["verification"]["equivariant"] and data["verification"]["elements_tested"] == 6
 
@@ -230,25 +262,32 @@ def test_group_factory_pairs_give_the_input_type(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        (["--group", "so3"], "expected --group to be one of"),
+        (["--group", "so3"], "--group: expected one of"),
         (["--group", "no_such_module_xyz:make"], "cannot import 'no_such_module_xyz'"),
         (["--group", "test_check_cli:no_such_attr"], "has no attribute 'no_such_attr'"),
         (["--group", "test_check_cli:group_raises"], "raised RuntimeError: no group today"),
-        (["--group", "test_check_cli:group_wrong_type"], "to return a Group or a (Group, FieldType) pair, got str"),
+        (
+            ["--group", "test_check_cli:group_wrong_type"],
+            "to return a Group or a (Group, FieldType) pair, got str",
+        ),
         (["--group", "test_check_cli:s6_on_tokens"], "does not fit the group's input"),
         (["--group", "p4", "--input-shape", "2,3,8,6"], "square grid"),
         (["--input-shape", "2,x"], "expected --input-shape"),
         (["--input-shape", "0,3,8,8"], "positive integers"),
         (["--input-shape", "1000,1000,1000,1000"], f"at most {MAX_INPUT_ELEMENTS:,} elements"),
         (["--json", "/no/such/folder/cert.json"], "does not exist"),
-        (["--json", "."], "it is a directory"),
+        (["--json", "."], "it is a folder"),
         (["--graph", "graph.txt"], "expected --graph to end in"),
         (["--verify-budget", "0"], "--verify-budget"),
-        (["--baseline"], "--baseline applies to --model only"),
+        (["--baseline"], "--baseline applies to a registry model only"),
     ],
 )
 def test_usage_errors_are_one_line_before_any_work(
-    argv: list[str], words: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    argv: list[str],
+    words: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.chdir(tmp_path)
     BUILT.clear()
@@ -258,7 +297,11 @@ def test_usage_errors_are_one_line_before_any_work(
             argv = [*argv, key, value]
     assert _check("test_check_cli:exploding_factory", *argv) == EXIT_CODES["usage_error"]
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("groupattn check: error: ") and "Traceback" not in err
+    assert (
+        err.count("\n") == 1
+        and err.startswith("groupattn check: error: ")
+        and "Traceback" not in err
+    )
     assert words in err, err
     assert BUILT == []
 
@@ -285,35 +328,54 @@ def test_model_usage_errors_never_build_the_model(
     assert "expected --input-shape B,1,32,32 for --model vit" in err[3]
 
 
-def test_a_model_rejecting_the_input_shape_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    code = _check("test_check_cli:patch_embedding", "--input-shape", "2,3,6,6", "--group", "translations")
+def test_a_model_rejecting_the_input_shape_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = _check(
+        "test_check_cli:patch_embedding", "--input-shape", "2,3,6,6", "--group", "translations"
+    )
     assert code == EXIT_CODES["usage_error"]
     err = capsys.readouterr().err
-    assert "the model rejects --input-shape 2,3,6,6" in err and "PatchEmbedding" in err and err.count("\n") == 1
+    assert (
+        "the model rejects --input-shape 2,3,6,6" in err
+        and "PatchEmbedding" in err
+        and err.count("\n") == 1
+    )
 
 
 @pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root may write anywhere")
-def test_unwritable_json_folder_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unwritable_json_folder_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     locked = tmp_path / "locked"
     locked.mkdir()
     locked.chmod(0o500)
     try:
         BUILT.clear()
-        code = _check("test_check_cli:exploding_factory", *SHAPE, "--json", str(locked / "cert.json"))
+        code = _check(
+            "test_check_cli:exploding_factory", *SHAPE, "--json", str(locked / "cert.json")
+        )
         assert code == EXIT_CODES["usage_error"] and BUILT == []
         assert "is not writable" in capsys.readouterr().err
     finally:
         locked.chmod(0o700)
 
 
-def test_an_expensive_numerical_check_is_refused_with_a_clear_message(capsys: pytest.CaptureFixture[str]) -> None:
-    assert _check("test_check_cli:good_factory", *SHAPE, "--verify-budget", "1e-9") == EXIT_CODES["usage_error"]
+def test_an_expensive_numerical_check_is_refused_with_a_clear_message(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert (
+        _check("test_check_cli:good_factory", *SHAPE, "--verify-budget", "1e-9")
+        == EXIT_CODES["usage_error"]
+    )
     err = capsys.readouterr().err
     assert "over --verify-budget" in err and "--no-verify" in err and err.count("\n") == 1
     assert DEFAULT_VERIFY_BUDGET_S > 0
 
 
-def test_argparse_errors_are_one_line_with_the_usage_code(capsys: pytest.CaptureFixture[str]) -> None:
+def test_argparse_errors_are_one_line_with_the_usage_code(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     with pytest.raises(SystemExit) as info:
         _check("--no-such-flag")
     assert info.value.code == EXIT_CODES["usage_error"]
@@ -333,9 +395,20 @@ def test_exit_codes_are_documented(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_exit_codes_as_a_process() -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
     broken = subprocess.run(
-        [sys.executable, "-m", "groupattn.cli", "check", "test_check_cli:broken_factory", *SHAPE, "--no-verify"],
+        [
+            sys.executable,
+            "-m",
+            "groupattn.cli",
+            "check",
+            "test_check_cli:broken_factory",
+            *SHAPE,
+            "--no-verify",
+        ],
         capture_output=True,
         text=True,
         env=env,

@@ -46,13 +46,26 @@ class Orbit(nn.Module):
         table), ``"padding"`` (the last term's convolution pads circularly).
     """
 
-    def __init__(self, turns: tuple[int, ...] = (0, 1, 2, 3), inverse: bool = True, shared: bool = True,
-                 combine: str = "add", circular: bool = False, extra: str = "none") -> None:
+    def __init__(
+        self,
+        turns: tuple[int, ...] = (0, 1, 2, 3),
+        inverse: bool = True,
+        shared: bool = True,
+        combine: str = "add",
+        circular: bool = False,
+        extra: str = "none",
+    ) -> None:
         super().__init__()
         mode = "circular" if circular else "zeros"
         self.f = nn.Conv2d(3, 3, 3, padding=1, padding_mode=mode)
         self.others = nn.ModuleList(nn.Conv2d(3, 3, 3, padding=1, padding_mode=mode) for _ in turns)
-        self.turns, self.inverse, self.shared, self.combine, self.extra = turns, inverse, shared, combine, extra
+        self.turns, self.inverse, self.shared, self.combine, self.extra = (
+            turns,
+            inverse,
+            shared,
+            combine,
+            extra,
+        )
         self.table = nn.Parameter(torch.randn(8, 8))
 
     def conv(self, i: int, x: torch.Tensor) -> torch.Tensor:
@@ -83,7 +96,11 @@ class Orbit(nn.Module):
                 first = torch.maximum(first, t)
             second = odds[0]
             for t in odds[1:]:
-                second = torch.maximum(second, t) if self.combine == "halves-same" else torch.minimum(second, t)
+                second = (
+                    torch.maximum(second, t)
+                    if self.combine == "halves-same"
+                    else torch.minimum(second, t)
+                )
             out = first + second
         else:
             out = torch.stack(terms)[0]
@@ -133,7 +150,9 @@ BROKEN = [
     case("orbit-first-slot-c4", lambda: Orbit(combine="stack-first"), "c4", "not-certified"),
     case("orbit-zero-padding-p4", lambda: Orbit(), "p4", "not-certified"),
     case("orbit-repeated-turn-c4", lambda: Orbit(turns=(0, 1, 1, 3)), "c4", "not-certified"),
-    case("paired-softmax-one-sided-c4", lambda: Wrap(paired_softmax_one_sided), "c4", "not-certified"),
+    case(
+        "paired-softmax-one-sided-c4", lambda: Wrap(paired_softmax_one_sided), "c4", "not-certified"
+    ),
 ]
 
 
@@ -158,15 +177,23 @@ def test_near_miss_is_refused(c: ZooCase) -> None:
     turns=st.lists(st.integers(0, 3), min_size=2, max_size=5).map(tuple),
     inverse=st.booleans(),
     shared=st.booleans(),
-    combine=st.sampled_from(["add", "stack-mean", "stack-amax", "cat-sum", "stack-first", "halves-same", "halves-mixed"]),
+    combine=st.sampled_from(
+        ["add", "stack-mean", "stack-amax", "cat-sum", "stack-first", "halves-same", "halves-mixed"]
+    ),
     circular=st.booleans(),
     extra=st.sampled_from(["none", "scale", "table", "padding"]),
     group=st.sampled_from(["c4", "d4", "p4"]),
 )
-def test_certified_orbits_are_equivariant(turns, inverse, shared, combine, circular, extra, group) -> None:  # type: ignore[no-untyped-def]
-    c = case("drawn", lambda: Orbit(turns, inverse, shared, combine, circular, extra), group, "unknown")
+def test_certified_orbits_are_equivariant(
+    turns, inverse, shared, combine, circular, extra, group
+) -> None:  # type: ignore[no-untyped-def]
+    c = case(
+        "drawn", lambda: Orbit(turns, inverse, shared, combine, circular, extra), group, "unknown"
+    )
     if _certified(c):
-        assert oracle_error(c) <= 1e-9, f"FALSE CERTIFICATE: {turns=} {inverse=} {shared=} {combine=} {circular=} {extra=} {group=}"
+        assert oracle_error(c) <= 1e-9, (
+            f"FALSE CERTIFICATE: {turns=} {inverse=} {shared=} {combine=} {circular=} {extra=} {group=}"
+        )
 
 
 # ----------------------------------------------------------------------------- attacks (fresh-context attacker, this release)
@@ -189,7 +216,13 @@ class GatedOrbit(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate = (self.p == 0).to(x.dtype)
         return sum(  # type: ignore[return-value]
-            _rot(F.conv2d(F.pad(_rot(x, k), (1, 1, 1, 1), mode="circular"), self.weight + gate * k * self.direction), -k)
+            _rot(
+                F.conv2d(
+                    F.pad(_rot(x, k), (1, 1, 1, 1), mode="circular"),
+                    self.weight + gate * k * self.direction,
+                ),
+                -k,
+            )
             for k in range(4)
         )
 
@@ -256,7 +289,9 @@ def test_attack_is_refused(c: ZooCase) -> None:
     """Each fooled an earlier build (constants equal on two draws but not at the current
     weights; equality to 30 bits amplified back); the oracle confirms they are broken."""
     model = c.make()
-    assert not bool(certify(model, c.example_input(), c.group()).certified), f"FALSE CERTIFICATE: {c.name}"
+    assert not bool(certify(model, c.example_input(), c.group()).certified), (
+        f"FALSE CERTIFICATE: {c.name}"
+    )
     with torch.no_grad():
         x = c.example_input(torch.float64)
         m = model.double()
@@ -298,8 +333,14 @@ class Chain(nn.Module):
         raise ValueError(self.kind)
 
 
-CHAINS_OK = [case(f"chain-{k}-c4", (lambda k=k: Chain(k)), "c4", "certified") for k in ("centre", "corners", "transpose-back")]
-CHAINS_BROKEN = [case(f"chain-{k}-c4", (lambda k=k: Chain(k)), "c4", "not-certified") for k in ("off-centre", "one-axis")]
+CHAINS_OK = [
+    case(f"chain-{k}-c4", (lambda k=k: Chain(k)), "c4", "certified")
+    for k in ("centre", "corners", "transpose-back")
+]
+CHAINS_BROKEN = [
+    case(f"chain-{k}-c4", (lambda k=k: Chain(k)), "c4", "not-certified")
+    for k in ("off-centre", "one-axis")
+]
 
 
 @pytest.mark.parametrize("c", CHAINS_OK, ids=lambda c: c.name)
@@ -313,7 +354,11 @@ def test_broken_chain_is_refused(c: ZooCase) -> None:
     model, x = c.make(), c.example_input(torch.float64)
     with torch.no_grad():
         m = model.double()
-        err = (m(_rot(x)) - _rot(m(x))).abs().max() if m(x).shape[-1] == m(x).shape[-2] else torch.tensor(1.0)
+        err = (
+            (m(_rot(x)) - _rot(m(x))).abs().max()
+            if m(x).shape[-1] == m(x).shape[-2]
+            else torch.tensor(1.0)
+        )
     assert err > 1e-6
     assert not _certified(c), f"FALSE CERTIFICATE: {c.name}"
 
@@ -345,10 +390,14 @@ PAIRS = {
 @pytest.mark.parametrize("name", sorted(PAIRS))
 def test_only_symmetric_operators_close_an_orbit(name: str) -> None:
     fn, equivariant = PAIRS[name]
-    c = case(f"pair-{name}-c4", lambda: Wrap(fn), "c4", "certified" if equivariant else "not-certified")
+    c = case(
+        f"pair-{name}-c4", lambda: Wrap(fn), "c4", "certified" if equivariant else "not-certified"
+    )
     err = oracle_error(c)
     assert (err <= 1e-9) == equivariant, f"{name}: the oracle says {err:.2e}"
-    assert _certified(c) == equivariant, f"{name}: {'not certified' if equivariant else 'FALSE CERTIFICATE'}"
+    assert _certified(c) == equivariant, (
+        f"{name}: {'not certified' if equivariant else 'FALSE CERTIFICATE'}"
+    )
 
 
 class MixedOrbit(nn.Module):
@@ -378,8 +427,14 @@ class MixedOrbit(nn.Module):
         raise ValueError(self.combine)
 
 
-MIXED = ["max-plus-min", "sum-plus-product", "product-times-sum", "max-of-max-and-min", "stack-of-max-and-min",
-         "exp-of-max-plus-exp-of-min"]
+MIXED = [
+    "max-plus-min",
+    "sum-plus-product",
+    "product-times-sum",
+    "max-of-max-and-min",
+    "stack-of-max-and-min",
+    "exp-of-max-plus-exp-of-min",
+]
 
 
 @pytest.mark.parametrize("combine", MIXED)
@@ -447,6 +502,10 @@ def test_a_copy_with_fills_is_no_gather_of_its_source() -> None:
     circular = next(n for n in pads if "circular" in str(n.args))
     zeros = next(n for n in pads if n is not circular)
     gathered = relations._gather_of(circular)
-    expected = F.pad(torch.arange(16.0).reshape(1, 1, 4, 4), (1, 1, 1, 1), mode="circular").reshape(-1).long()
+    expected = (
+        F.pad(torch.arange(16.0).reshape(1, 1, 4, 4), (1, 1, 1, 1), mode="circular")
+        .reshape(-1)
+        .long()
+    )
     assert gathered is not None and gathered[0] == "x" and torch.equal(gathered[1], expected)
     assert relations._gather_of(zeros) is None

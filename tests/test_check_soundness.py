@@ -262,7 +262,9 @@ COMPONENTS: dict[str, Callable[[int], nn.Module]] = {
     "clipped-attention": lambda c: LibraryAttention(c, "clipped"),
     "absolute-encoding": lambda c: TokenEncoding(AbsolutePositionalEncoding(c, (SIZE, SIZE))),
     "conv-encoding-circular": lambda c: TokenEncoding(ConvPositionalEncoding(c, (SIZE, SIZE))),
-    "conv-encoding-zeros": lambda c: TokenEncoding(ConvPositionalEncoding(c, (SIZE, SIZE), padding_mode="zeros")),
+    "conv-encoding-zeros": lambda c: TokenEncoding(
+        ConvPositionalEncoding(c, (SIZE, SIZE), padding_mode="zeros")
+    ),
     "flatten-mix": FlattenMix,
     "position-parameter": PositionParameter,
     "channel-scale": ChannelScale,
@@ -316,13 +318,21 @@ class Tally:
         self.certified_of_those = 0
         self.false_certificates: list[str] = []
 
-    def check(self, kinds: list[str], channels: int, head: bool, seed: int, group_name: str) -> None:
+    def check(
+        self, kinds: list[str], channels: int, head: bool, seed: int, group_name: str
+    ) -> None:
         model = build(kinds, channels, head, seed)
         x = torch.randn(2, channels, SIZE, SIZE, generator=torch.Generator().manual_seed(seed))
         group = group_from_name(group_name, tuple(x.shape))
         cert = certify(model, x, group)
         truth_type = InvariantField() if head else GridField()
-        truth = verify(model, x, group, output_type=truth_type, up_to_frame=("anchor-only" in kinds and not head))
+        truth = verify(
+            model,
+            x,
+            group,
+            output_type=truth_type,
+            up_to_frame=("anchor-only" in kinds and not head),
+        )
         self.examples += 1
         if truth.equivariant:
             self.numerically_symmetric += 1
@@ -355,7 +365,9 @@ def test_at_least_twenty_component_kinds() -> None:
     assert len(COMPONENTS) >= 20
 
 
-@settings(max_examples=100)  # 500 generated networks of every class run in test_check_soundness_generated.py
+@settings(
+    max_examples=100
+)  # 500 generated networks of every class run in test_check_soundness_generated.py
 @given(networks)
 def test_no_false_certificate(net: tuple[list[str], int, bool, int, str]) -> None:
     TALLY.check(*net)

@@ -59,7 +59,9 @@ REDUCERS = ["mean", "amax", "amin", "sum", "logsumexp", "std", "var", "norm"]
 REDUCE_FORMS = ["method-pos", "method-dim", "method-axis", "torch-pos", "torch-dim", "torch-axis"]
 
 
-def _reduce_fn(reducer: str, dims: tuple[int, ...], container: str, form: str) -> Callable[[torch.Tensor], torch.Tensor]:
+def _reduce_fn(
+    reducer: str, dims: tuple[int, ...], container: str, form: str
+) -> Callable[[torch.Tensor], torch.Tensor]:
     d: Any = dims[0] if container == "int" else (list(dims) if container == "list" else tuple(dims))
     scale = reducer in ("std", "var", "norm", "sum")
 
@@ -165,7 +167,9 @@ def _layer_norm(shape: tuple[int, ...], affine: str, form: str) -> nn.Module:
     elif affine == "const":
         parts = {"weight": torch.randn(1), "bias": torch.randn(1)}
 
-    def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
+    def layer_norm(
+        x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
         if affine == "const":
             weight, bias = weight.expand(shape), bias.expand(shape)  # type: ignore[union-attr]
         if form == "F-pos":
@@ -176,21 +180,35 @@ def _layer_norm(shape: tuple[int, ...], affine: str, form: str) -> nn.Module:
     return Fn(layer_norm, **parts)
 
 
-def _pool(kind: str, kernel: tuple[int, int], dilation: tuple[int, int], padding: str, form: str) -> nn.Module:
+def _pool(
+    kind: str, kernel: tuple[int, int], dilation: tuple[int, int], padding: str, form: str
+) -> nn.Module:
     eff = ((kernel[0] - 1) * dilation[0] + 1, (kernel[1] - 1) * dilation[1] + 1)
     ph, pw = eff[0] // 2, eff[1] // 2
     if padding == "implicit" and (ph > kernel[0] // 2 or pw > kernel[1] // 2):
         padding = "circular"  # torch refuses padding wider than half the window
     if padding == "implicit":
         if kind == "max":
-            return nn.MaxPool2d(kernel, 1, (ph, pw), dilation) if form == "module" else Fn(lambda x: F.max_pool2d(x, kernel, 1, (ph, pw), dilation))
-        return nn.AvgPool2d(kernel, 1, (ph, pw)) if form == "module" else Fn(lambda x: F.avg_pool2d(x, kernel, 1, (ph, pw)))
+            return (
+                nn.MaxPool2d(kernel, 1, (ph, pw), dilation)
+                if form == "module"
+                else Fn(lambda x: F.max_pool2d(x, kernel, 1, (ph, pw), dilation))
+            )
+        return (
+            nn.AvgPool2d(kernel, 1, (ph, pw))
+            if form == "module"
+            else Fn(lambda x: F.avg_pool2d(x, kernel, 1, (ph, pw)))
+        )
 
     def pooled(x: torch.Tensor) -> torch.Tensor:
         p = F.pad(x, (pw, pw, ph, ph), mode="circular")
         if kind == "max":
             return F.max_pool2d(p, kernel, 1, 0, dilation)
-        return F.avg_pool2d(p, kernel, 1) if dilation == (1, 1) else F.max_pool2d(-p, kernel, 1, 0, dilation).neg()
+        return (
+            F.avg_pool2d(p, kernel, 1)
+            if dilation == (1, 1)
+            else F.max_pool2d(-p, kernel, 1, 0, dilation).neg()
+        )
 
     pooled.__name__ = f"{kind}pool[{kernel},{dilation},circular]"
     return Fn(pooled)
@@ -421,7 +439,9 @@ PAIRED: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "softmax": lambda x: x.softmax(-1) + x.transpose(-1, -2).softmax(-1).transpose(-1, -2),
     "softmax-one": lambda x: x.softmax(-1) + x.transpose(-1, -2).softmax(-1),
     "maxpool": lambda x: F.max_pool2d(x, (3, 1), 1, (1, 0)) + F.max_pool2d(x, (1, 3), 1, (0, 1)),
-    "gram": lambda x: x * ((x @ x.mT).mean((-2, -1), keepdim=True) + (x.mT @ x).mean((-2, -1), keepdim=True)),
+    "gram": lambda x: (
+        x * ((x @ x.mT).mean((-2, -1), keepdim=True) + (x.mT @ x).mean((-2, -1), keepdim=True))
+    ),
     "gram-one": lambda x: x * (x @ x.mT).mean((-2, -1), keepdim=True),
     "flip-both": lambda x: x + x.flip((-2, -1)),
     "transpose": lambda x: x.transpose(-1, -2),
@@ -504,7 +524,10 @@ OpSpec = tuple[Any, ...]
 
 def _single_dim_container() -> st.SearchStrategy[tuple[tuple[int, ...], str]]:
     return st.sampled_from(REDUCE_DIMS).flatmap(
-        lambda dims: st.tuples(st.just(dims), st.sampled_from(["int", "tuple", "list"] if len(dims) == 1 else ["tuple", "list"]))
+        lambda dims: st.tuples(
+            st.just(dims),
+            st.sampled_from(["int", "tuple", "list"] if len(dims) == 1 else ["tuple", "list"]),
+        )
     )
 
 
@@ -518,7 +541,12 @@ def _valid_reduce(spec: OpSpec) -> bool:
 
 
 BASE_OPS: dict[str, st.SearchStrategy[OpSpec]] = {
-    "reduce": st.tuples(st.just("reduce"), st.sampled_from(REDUCERS), _single_dim_container(), st.sampled_from(REDUCE_FORMS))
+    "reduce": st.tuples(
+        st.just("reduce"),
+        st.sampled_from(REDUCERS),
+        _single_dim_container(),
+        st.sampled_from(REDUCE_FORMS),
+    )
     .map(lambda t: (t[0], t[1], t[2][0], t[2][1], t[3]))
     .filter(_valid_reduce),
     "axis": st.tuples(
@@ -528,39 +556,88 @@ BASE_OPS: dict[str, st.SearchStrategy[OpSpec]] = {
         st.sampled_from(["F-pos", "F-kw", "method-pos", "method-kw", "torch-pos", "module"]),
     ),
     "layer-norm": st.tuples(
-        st.just("layer-norm"), st.sampled_from([(8,), (8, 8), (3, 8, 8)]), st.sampled_from(["none", "const", "free"]),
+        st.just("layer-norm"),
+        st.sampled_from([(8,), (8, 8), (3, 8, 8)]),
+        st.sampled_from(["none", "const", "free"]),
         st.sampled_from(["F-pos", "F-kw", "module"]),
     ),
     "pool": st.tuples(
-        st.just("pool"), st.sampled_from(["max", "avg"]), st.sampled_from([(3, 3), (3, 1), (1, 3), (1, 1)]),
-        st.sampled_from([(1, 1), (2, 2), (2, 1), (1, 2)]), st.sampled_from(["implicit", "circular"]),
+        st.just("pool"),
+        st.sampled_from(["max", "avg"]),
+        st.sampled_from([(3, 3), (3, 1), (1, 3), (1, 1)]),
+        st.sampled_from([(1, 1), (2, 2), (2, 1), (1, 2)]),
+        st.sampled_from(["implicit", "circular"]),
         st.sampled_from(["module", "F"]),
     ),
-    "conv": st.tuples(st.just("conv"), st.sampled_from(["circ3", "zero3", "pw", "circ1x3", "circ3-dilated", "d4sym", "c4orbit"])),
+    "conv": st.tuples(
+        st.just("conv"),
+        st.sampled_from(["circ3", "zero3", "pw", "circ1x3", "circ3-dilated", "d4sym", "c4orbit"]),
+    ),
     "pointwise": st.tuples(st.just("pointwise"), st.sampled_from(sorted(POINTWISE))),
-    "param": st.tuples(st.just("param"), st.sampled_from(sorted(PARAM_SHAPES)), st.sampled_from(["add", "mul", "iadd", "add_", "out"])),
+    "param": st.tuples(
+        st.just("param"),
+        st.sampled_from(sorted(PARAM_SHAPES)),
+        st.sampled_from(["add", "mul", "iadd", "add_", "out"]),
+    ),
     "inplace": st.tuples(
         st.just("inplace"),
-        st.sampled_from(["clone-relu_", "narrow-zero_", "setitem", "diagonal-fill_", "tril_", "input-mul_-mask",
-                         "input-mul_-scalar", "masked-fill_-data", "masked-fill_-eye", "index-fill_",
-                         "transposed-view-add_", "clamp_-sigmoid_"]),
+        st.sampled_from(
+            [
+                "clone-relu_",
+                "narrow-zero_",
+                "setitem",
+                "diagonal-fill_",
+                "tril_",
+                "input-mul_-mask",
+                "input-mul_-scalar",
+                "masked-fill_-data",
+                "masked-fill_-eye",
+                "index-fill_",
+                "transposed-view-add_",
+                "clamp_-sigmoid_",
+            ]
+        ),
         st.sampled_from([1, 2, 3, -1, -2]),
     ),
     "data": st.tuples(
         st.just("data"),
-        st.sampled_from(["tril", "triu", "where-index", "argsort", "topk-index", "threshold-mask", "sort", "eye-mask",
-                         "arange-mask", "clamp-mean"]),
+        st.sampled_from(
+            [
+                "tril",
+                "triu",
+                "where-index",
+                "argsort",
+                "topk-index",
+                "threshold-mask",
+                "sort",
+                "eye-mask",
+                "arange-mask",
+                "clamp-mean",
+            ]
+        ),
         st.sampled_from([1, 2, 3, -1, -2]),
     ),
-    "attention": st.tuples(st.just("attention"), st.sampled_from(["full", "axial-h", "axial-w", "axial-both", "mha", "mha-causal"])),
+    "attention": st.tuples(
+        st.just("attention"),
+        st.sampled_from(["full", "axial-h", "axial-w", "axial-both", "mha", "mha-causal"]),
+    ),
     "paired": st.tuples(st.just("paired"), st.sampled_from(sorted(PAIRED))),
-    "roll": st.sampled_from([(1, -1), (3, 2), ((1, 2), (2, 3)), ((4, 4), (-2, -1)), ((2, 2), (2, 3)), ((4, 4), [2, 3])]).flatmap(
-        lambda sd: st.tuples(st.just("roll"), st.just(sd[0]), st.just(sd[1]), st.sampled_from(["pos", "kw", "method"]))
+    "roll": st.sampled_from(
+        [(1, -1), (3, 2), ((1, 2), (2, 3)), ((4, 4), (-2, -1)), ((2, 2), (2, 3)), ((4, 4), [2, 3])]
+    ).flatmap(
+        lambda sd: st.tuples(
+            st.just("roll"),
+            st.just(sd[0]),
+            st.just(sd[1]),
+            st.sampled_from(["pos", "kw", "method"]),
+        )
     ),
 }
 
 SUBCLASS_OP = st.tuples(
-    st.just("subclass"), st.sampled_from(sorted(SUBCLASS_PARENTS)), st.sampled_from(SUBCLASS_MODES),
+    st.just("subclass"),
+    st.sampled_from(sorted(SUBCLASS_PARENTS)),
+    st.sampled_from(SUBCLASS_MODES),
     st.one_of(*BASE_OPS.values()),
 )
 
@@ -606,7 +683,9 @@ def build_op(spec: OpSpec) -> nn.Module:
 class Net(nn.Module):
     """A chain of ops; returns the last stage, an invariant head of it, or several leaves."""
 
-    def __init__(self, ops: list[nn.Module], outputs: str, head: str, extra: int, swap: bool) -> None:
+    def __init__(
+        self, ops: list[nn.Module], outputs: str, head: str, extra: int, swap: bool
+    ) -> None:
         super().__init__()
         self.ops = nn.ModuleList(ops)
         self.outputs, self.head_kind, self.extra, self.swap = outputs, head, extra, swap
@@ -654,7 +733,9 @@ class NetSpec:
     def build(self) -> nn.Module:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            net = Net([build_op(s) for s in self.ops], self.outputs, self.head, self.extra, self.swap)
+            net = Net(
+                [build_op(s) for s in self.ops], self.outputs, self.head, self.extra, self.swap
+            )
         return net.eval()
 
     def example_input(self) -> torch.Tensor:
@@ -662,8 +743,10 @@ class NetSpec:
 
     def describe(self) -> str:
         ops = " -> ".join(repr(s) for s in self.ops)
-        return (f"[{self.group}] {ops}; outputs={self.outputs} head={self.head} extra={self.extra} "
-                f"swap={self.swap} seed={self.seed}")
+        return (
+            f"[{self.group}] {ops}; outputs={self.outputs} head={self.head} extra={self.extra} "
+            f"swap={self.swap} seed={self.seed}"
+        )
 
 
 NETS = st.builds(
@@ -728,8 +811,10 @@ class Tally:
         if verdict == "invariant":  # the claim is invariance of every output leaf
             err = max(err, oracle(spec, "invariant"))
         if certified and not err <= TOLERANCE:
-            message = (f"FALSE CERTIFICATE: certify says {verdict}, the float64 oracle measures {err:.3e}: "
-                       f"{spec.describe()}\n{cert.summary()}")
+            message = (
+                f"FALSE CERTIFICATE: certify says {verdict}, the float64 oracle measures {err:.3e}: "
+                f"{spec.describe()}\n{cert.summary()}"
+            )
             self.false_certificates.append(message)
             if not COLLECT:
                 raise AssertionError(message)
@@ -752,7 +837,11 @@ def _run(examples: int) -> Tally:
     @settings(
         max_examples=examples,
         deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.filter_too_much,
+            HealthCheck.data_too_large,
+        ],
     )
     @given(NETS)
     def check(spec: NetSpec) -> None:
@@ -764,7 +853,9 @@ def _run(examples: int) -> Tally:
         print("\n" + tally.summary())
     if tally.false_certificates:
         shown = "\n\n".join(tally.false_certificates[:10])
-        raise AssertionError(f"{len(tally.false_certificates)} false certificates ({tally.summary()}):\n{shown}")
+        raise AssertionError(
+            f"{len(tally.false_certificates)} false certificates ({tally.summary()}):\n{shown}"
+        )
     return tally
 
 

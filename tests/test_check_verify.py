@@ -102,7 +102,9 @@ def test_dict_outputs_are_reported_per_key() -> None:
     by_path = {o.path: o for o in report.outputs}
     assert by_path["['logits']"].max_error < 1e-12
     assert by_path["['map']"].max_error > 1e-3
-    assert by_path["['steps']"].skipped is not None and "not a tensor" in by_path["['steps']"].skipped
+    assert (
+        by_path["['steps']"].skipped is not None and "not a tensor" in by_path["['steps']"].skipped
+    )
     good = verify(GoodDict(), X, T8)
     assert good.equivariant and not good.refuted and len(good.compared) == 2
 
@@ -184,7 +186,11 @@ def test_product_group_through_a_gset_field() -> None:
         pytest.skip("GSetField not available")
     group = DirectProduct(CyclicGroup(4), CyclicGroup(2))
     cylinder = actions.GSet(
-        group, 8, lambda g: [2 * ((i + g.value[0]) % 4) + (k + g.value[1]) % 2 for i in range(4) for k in range(2)]
+        group,
+        8,
+        lambda g: [
+            2 * ((i + g.value[0]) % 4) + (k + g.value[1]) % 2 for i in range(4) for k in range(2)
+        ],
     )
     field = actions.GSetField(cylinder)
     x = torch.randn(2, 8, 4)
@@ -259,7 +265,9 @@ def test_a_users_finite_group_subclass_is_never_enumerated() -> None:
 
 @settings(max_examples=25, deadline=None)
 @given(st_data=group_elements(HugeCyclic(10**9)))
-def test_strategies_draw_elements_of_large_groups_without_enumerating(st_data: GroupElement) -> None:
+def test_strategies_draw_elements_of_large_groups_without_enumerating(
+    st_data: GroupElement,
+) -> None:
     assert 0 <= st_data.value < 10**9
 
 
@@ -277,7 +285,9 @@ def _patch_net() -> nn.Module:
 
 def test_ties_inside_patch_embedding_are_reported() -> None:
     report = verify(_patch_net(), torch.ones(2, 1, 4, 4), TorusTranslations(4, 4))
-    assert len(report.ties) == 1 and report.ties[0].startswith("0")  # located in the embedding (module "0")
+    assert len(report.ties) == 1 and report.ties[0].startswith(
+        "0"
+    )  # located in the embedding (module "0")
     assert "tied sample(s) over all evaluations" in report.ties[0]
     assert set(report.excused) == {0, 1} and "canonicalizer tie in 0" in report.excused[0]
     assert not report.conclusive and not report.refuted
@@ -300,8 +310,12 @@ def test_ties_of_an_anchoring_hidden_inside_a_module_are_reported() -> None:
     from groupattn.actions import TokenField
 
     report = verify(
-        model, _tied_image(), TorusTranslations(4, 4), output_type=TokenField((2, 2)),
-        output_group=TorusTranslations(2, 2), up_to_frame=True,
+        model,
+        _tied_image(),
+        TorusTranslations(4, 4),
+        output_type=TokenField((2, 2)),
+        output_group=TorusTranslations(2, 2),
+        up_to_frame=True,
     )
     assert report.ties == ["0 (InlineAnchoredEmbedding): 17 tied sample(s) over all evaluations"]
     assert set(report.excused) == {0} and report.max_error > 1e-3 and not report.refuted
@@ -334,7 +348,9 @@ def test_non_finite_input_is_reported_as_such() -> None:
     assert report.non_finite[0].startswith("the input contains NaN/inf in sample(s) [1]")
     assert any("non-finite scores: the input contains NaN/inf" in m for m in report.non_finite)
     assert report.excused == {1: "the input contains NaN/inf"}
-    assert report.conclusive and not report.refuted and report.max_error == report.max_error  # not NaN
+    assert (
+        report.conclusive and not report.refuted and report.max_error == report.max_error
+    )  # not NaN
     cert = certify(_patch_net(), x, TorusTranslations(4, 4), verify=True)
     assert not cert.disagreements
     assert any("the input contains NaN/inf" in n for n in cert.notes)

@@ -217,13 +217,17 @@ class TorchEncoder(nn.Module):
     def __init__(self, causal: bool = False) -> None:
         super().__init__()
         self.embed = nn.Conv2d(3, 8, 1)
-        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 2)
+        self.encoder = nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 2
+        )
         self.causal = causal
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         t = self.embed(x).flatten(2).transpose(1, 2)
         if self.causal:
-            return self.encoder(t, mask=nn.Transformer.generate_square_subsequent_mask(64), is_causal=True)
+            return self.encoder(
+                t, mask=nn.Transformer.generate_square_subsequent_mask(64), is_causal=True
+            )
         return self.encoder(t).mean(dim=1)
 
 
@@ -387,9 +391,29 @@ T8 = (2, 3, 8, 8)
 EQ, INV, BROKEN = Status.EQUIVARIANT, Status.INVARIANT, Status.BROKEN
 
 GOOD = [
-    Case("circular-convs", lambda: nn.Sequential(circ(3, 4), nn.ReLU(), circ(4, 3, 5)), T8, "translations", EQ),
-    Case("conv-pool-head", lambda: nn.Sequential(circ(3, 4), nn.SiLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2)), T8, "translations", INV),
-    Case("pointwise-groupnorm", lambda: nn.Sequential(nn.Conv2d(3, 4, 1), nn.GroupNorm(2, 4), nn.GELU()), T8, "translations", EQ),
+    Case(
+        "circular-convs",
+        lambda: nn.Sequential(circ(3, 4), nn.ReLU(), circ(4, 3, 5)),
+        T8,
+        "translations",
+        EQ,
+    ),
+    Case(
+        "conv-pool-head",
+        lambda: nn.Sequential(
+            circ(3, 4), nn.SiLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2)
+        ),
+        T8,
+        "translations",
+        INV,
+    ),
+    Case(
+        "pointwise-groupnorm",
+        lambda: nn.Sequential(nn.Conv2d(3, 4, 1), nn.GroupNorm(2, 4), nn.GELU()),
+        T8,
+        "translations",
+        EQ,
+    ),
     Case("tokens-mha", TokenMHA, T8, "translations", INV),
     Case("hand-attention", HandAttention, (2, 8, 8, 8), "translations", EQ),
     Case("anchored-strided-conv", AnchoredStrided, T8, "translations", INV),
@@ -402,36 +426,166 @@ GOOD = [
     Case("anchored-avgpool", AnchoredPool, T8, "translations", INV),
     Case("registered-function", UsesRegisteredFunction, T8, "translations", EQ),
     Case("declared-contract", DeclaresContract, T8, "translations", EQ),
-    Case("c4-pointwise-invariant", lambda: nn.Sequential(nn.Conv2d(3, 4, 1), nn.ReLU(), nn.AdaptiveMaxPool2d(1)), T8, "c4", INV),
+    Case(
+        "c4-pointwise-invariant",
+        lambda: nn.Sequential(nn.Conv2d(3, 4, 1), nn.ReLU(), nn.AdaptiveMaxPool2d(1)),
+        T8,
+        "c4",
+        INV,
+    ),
     Case("d4-pointwise", lambda: nn.Sequential(nn.Conv2d(3, 4, 1), nn.Tanh()), T8, "d4", EQ),
     Case("p4-lifted-pool", LiftedPool, (2, 3, 4, 8, 8), "p4", EQ),
     Case("torch-transformer-encoder", TorchEncoder, T8, "translations", INV),
-    Case("strided-group", lambda: nn.Conv2d(3, 4, 2, stride=2), T8, lambda: TorusTranslations(4, 4, stride=2), EQ),
+    Case(
+        "strided-group",
+        lambda: nn.Conv2d(3, 4, 2, stride=2),
+        T8,
+        lambda: TorusTranslations(4, 4, stride=2),
+        EQ,
+    ),
 ]
 
 BAD = [
-    Case("absolute-positional-encoding", TokensAbsolute, T8, "translations", BROKEN, "pos", "absolute"),
-    Case("raw-position-parameter", RawPositionParameter, T8, "translations", BROKEN, "add", "absolute positional"),
-    Case("arange-embedding", ArangeEmbedding, T8, "translations", BROKEN, "add", "absolute positional"),
-    Case("clipped-relative-bias", ClippedBiasAttention, T8, "translations", BROKEN, "attn", "clipped"),
-    Case("clipped-bias-by-hand", ClippedBiasByHand, T8, "translations", BROKEN, "add", "fixed position-dependent"),
-    Case("strided-conv-unanchored", lambda: nn.Sequential(nn.Conv2d(3, 4, 2, stride=2), nn.ReLU()), T8, "translations", BROKEN, "_0", "anchor"),
-    Case("zero-padding", lambda: nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU()), T8, "translations", BROKEN, "_0", "zeros padding"),
-    Case("reflect-padding", lambda: nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"), T8, "translations", BROKEN, "_0", "reflect"),
+    Case(
+        "absolute-positional-encoding",
+        TokensAbsolute,
+        T8,
+        "translations",
+        BROKEN,
+        "pos",
+        "absolute",
+    ),
+    Case(
+        "raw-position-parameter",
+        RawPositionParameter,
+        T8,
+        "translations",
+        BROKEN,
+        "add",
+        "absolute positional",
+    ),
+    Case(
+        "arange-embedding",
+        ArangeEmbedding,
+        T8,
+        "translations",
+        BROKEN,
+        "add",
+        "absolute positional",
+    ),
+    Case(
+        "clipped-relative-bias", ClippedBiasAttention, T8, "translations", BROKEN, "attn", "clipped"
+    ),
+    Case(
+        "clipped-bias-by-hand",
+        ClippedBiasByHand,
+        T8,
+        "translations",
+        BROKEN,
+        "add",
+        "fixed position-dependent",
+    ),
+    Case(
+        "strided-conv-unanchored",
+        lambda: nn.Sequential(nn.Conv2d(3, 4, 2, stride=2), nn.ReLU()),
+        T8,
+        "translations",
+        BROKEN,
+        "_0",
+        "anchor",
+    ),
+    Case(
+        "zero-padding",
+        lambda: nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU()),
+        T8,
+        "translations",
+        BROKEN,
+        "_0",
+        "zeros padding",
+    ),
+    Case(
+        "reflect-padding",
+        lambda: nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"),
+        T8,
+        "translations",
+        BROKEN,
+        "_0",
+        "reflect",
+    ),
     Case("valid-conv", lambda: nn.Conv2d(3, 4, 3), T8, "translations", BROKEN, "_0", "shrinks"),
-    Case("residual-across-anchor", ResidualAcrossAnchor, T8, "translations", BROKEN, "add", "different frames"),
-    Case("cat-across-frames", CatAcrossFrames, T8, "translations", BROKEN, "cat", "different frames"),
+    Case(
+        "residual-across-anchor",
+        ResidualAcrossAnchor,
+        T8,
+        "translations",
+        BROKEN,
+        "add",
+        "different frames",
+    ),
+    Case(
+        "cat-across-frames", CatAcrossFrames, T8, "translations", BROKEN, "cat", "different frames"
+    ),
     Case("wrong-unanchor", WrongUnanchor, T8, "translations", BROKEN, "unanchor", "restores"),
-    Case("flatten-into-channels", FlattenIntoChannels, T8, "translations", BROKEN, "fc", "flattened"),
-    Case("group-axis-linear", GroupAxisLinear, (2, 3, 4, 8, 8), "p4", BROKEN, "fc", "point-group axis"),
-    Case("causal-attention", CausalAttention, T8, "translations", BROKEN, "scaled_dot_product_attention", "causal"),
+    Case(
+        "flatten-into-channels", FlattenIntoChannels, T8, "translations", BROKEN, "fc", "flattened"
+    ),
+    Case(
+        "group-axis-linear",
+        GroupAxisLinear,
+        (2, 3, 4, 8, 8),
+        "p4",
+        BROKEN,
+        "fc",
+        "point-group axis",
+    ),
+    Case(
+        "causal-attention",
+        CausalAttention,
+        T8,
+        "translations",
+        BROKEN,
+        "scaled_dot_product_attention",
+        "causal",
+    ),
     Case("crop", Crop, T8, "translations", BROKEN, "getitem", "keeps only"),
     Case("noise", Noise, T8, "translations", BROKEN, "randn", "random"),
     Case("conv3x3-under-c4", lambda: circ(3, 3), T8, "c4", BROKEN, "_0", "rotation"),
-    Case("one-axis-mean-under-c4", OneAxisMean, T8, "c4", BROKEN, "mean", "one of the two spatial axes"),
-    Case("adaptive-pool-grid", lambda: nn.AdaptiveAvgPool2d(2), T8, "translations", BROKEN, "_0", "fixed"),
-    Case("torch-encoder-causal-mask", lambda: TorchEncoder(causal=True), T8, "translations", BROKEN, "encoder", "fixed attention mask"),
-    Case("layernorm-over-space", lambda: _randomized(nn.LayerNorm([3, 8, 8])), T8, "translations", BROKEN, "_0", "affine"),
+    Case(
+        "one-axis-mean-under-c4",
+        OneAxisMean,
+        T8,
+        "c4",
+        BROKEN,
+        "mean",
+        "one of the two spatial axes",
+    ),
+    Case(
+        "adaptive-pool-grid",
+        lambda: nn.AdaptiveAvgPool2d(2),
+        T8,
+        "translations",
+        BROKEN,
+        "_0",
+        "fixed",
+    ),
+    Case(
+        "torch-encoder-causal-mask",
+        lambda: TorchEncoder(causal=True),
+        T8,
+        "translations",
+        BROKEN,
+        "encoder",
+        "fixed attention mask",
+    ),
+    Case(
+        "layernorm-over-space",
+        lambda: _randomized(nn.LayerNorm([3, 8, 8])),
+        T8,
+        "translations",
+        BROKEN,
+        "_0",
+        "affine",
+    ),
 ]
 
 

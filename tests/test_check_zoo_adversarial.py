@@ -45,7 +45,9 @@ def outcome(case: ZooCase) -> Outcome:
         try:
             cert = certify(model, x, case.group())
         except Exception as err:  # reported by test_certify_returns_a_verdict
-            _OUTCOMES[case.name] = Outcome(None, False, "".join(traceback.format_exception_only(err)).strip())
+            _OUTCOMES[case.name] = Outcome(
+                None, False, "".join(traceback.format_exception_only(err)).strip()
+            )
         else:
             verdict = cert.verdict
             certified = bool(cert.certified)
@@ -63,7 +65,9 @@ def outcome(case: ZooCase) -> Outcome:
 def test_zoo_is_large_and_balanced() -> None:
     assert len(ZOO) >= 130
     names = [c.name for c in ZOO]
-    assert len(names) == len(set(names)), [n for n, k in collections.Counter(names).items() if k > 1]
+    assert len(names) == len(set(names)), [
+        n for n, k in collections.Counter(names).items() if k > 1
+    ]
     counts = collections.Counter((c.klass, c.expected) for c in ZOO)
     for klass in CLASSES:
         assert counts[(klass, "not-certified")] >= 5, klass
@@ -81,14 +85,18 @@ def test_oracle_agrees_with_label(case: ZooCase) -> None:
     if case.certified:
         assert err <= 1e-9, f"{case.name}: labelled certified but the float64 error is {err:.3e}"
     else:
-        assert err >= 1e-3 or math.isinf(err), f"{case.name}: labelled not-certified but the float64 error is only {err:.3e}"
+        assert err >= 1e-3 or math.isinf(err), (
+            f"{case.name}: labelled not-certified but the float64 error is only {err:.3e}"
+        )
 
 
 @pytest.mark.parametrize("case", ZOO, ids=lambda c: c.name)
 def test_certify_returns_a_verdict(case: ZooCase) -> None:
     """Deny by default: what the checker cannot handle is *unverified*, not an exception."""
     result = outcome(case)
-    assert result.verdict is not None, f"{case.name}: certify raised instead of answering: {result.text}"
+    assert result.verdict is not None, (
+        f"{case.name}: certify raised instead of answering: {result.text}"
+    )
 
 
 @pytest.mark.parametrize("case", BROKEN, ids=lambda c: c.name)
@@ -158,7 +166,9 @@ def test_completeness_report() -> None:
         per_class[key][0] += int(outcome(case).certified)
         per_class[key][1] += 1
     total = sum(v[0] for v in per_class.values())
-    lines = [f"\ncompleteness on the zoo: {total}/{len(GENUINE)} genuine networks certify ({100 * total / len(GENUINE):.1f}%)"]
+    lines = [
+        f"\ncompleteness on the zoo: {total}/{len(GENUINE)} genuine networks certify ({100 * total / len(GENUINE):.1f}%)"
+    ]
     lines += [f"  {k:22s} {v[0]:3d}/{v[1]}" for k, v in sorted(per_class.items())]
     false = [c.name for c in BROKEN if outcome(c).certified]
     lines.append(f"false certificates: {len(false)}/{len(BROKEN)}")

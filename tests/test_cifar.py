@@ -48,10 +48,17 @@ class _Calls:
 
 
 @pytest.mark.parametrize("protocol", [0, 2, 4, 5])
-def test_a_pickle_reducing_to_os_system_is_rejected_without_running(tmp_path: Path, protocol: int) -> None:
+def test_a_pickle_reducing_to_os_system_is_rejected_without_running(
+    tmp_path: Path, protocol: int
+) -> None:
     marker = tmp_path / "pwned"
-    blob = pickle.dumps({"data": [1, 2], "evil": _RunsCommand(f"touch {marker}")}, protocol=protocol)
-    with pytest.raises(UnsafePickleError, match=r"got a reference to (posix|os|nt)\.system \(refused, nothing was run\)"):
+    blob = pickle.dumps(
+        {"data": [1, 2], "evil": _RunsCommand(f"touch {marker}")}, protocol=protocol
+    )
+    with pytest.raises(
+        UnsafePickleError,
+        match=r"got a reference to (posix|os|nt)\.system \(refused, nothing was run\)",
+    ):
         load_pickle_safely(blob)
     assert not marker.exists()
     path = tmp_path / "data_batch_1"
@@ -86,7 +93,10 @@ def test_object_and_structured_arrays_are_refused() -> None:
 
 def test_allowed_containers_and_arrays_round_trip() -> None:
     value = {
-        "ints": [1, -2, 3], "text": "abc", "raw": b"\x00\xff", "nested": ({"a": 1.5}, [True, None]),
+        "ints": [1, -2, 3],
+        "text": "abc",
+        "raw": b"\x00\xff",
+        "nested": ({"a": 1.5}, [True, None]),
         "u8": np.arange(12, dtype=np.uint8).reshape(3, 4),
         "f64": np.linspace(0, 1, 6).reshape(2, 3),
         "fortran": np.asfortranarray(np.arange(6, dtype=np.int32).reshape(2, 3)),
@@ -102,7 +112,11 @@ def test_allowed_containers_and_arrays_round_trip() -> None:
     with pytest.raises(UnsafePickleError, match=r"_codecs\.encode"):
         load_pickle_safely(pickle.dumps(b"\x00\xff", protocol=2))
     # Python 2's layout (the real CIFAR files): strings arrive as bytes
-    assert load_pickle_safely(py2_pickle({b"k": np.arange(3, dtype=np.uint8)}))[b"k"].tolist() == [0, 1, 2]
+    assert load_pickle_safely(py2_pickle({b"k": np.arange(3, dtype=np.uint8)}))[b"k"].tolist() == [
+        0,
+        1,
+        2,
+    ]
 
 
 def test_malformed_and_oversized_files_are_data_errors(tmp_path: Path) -> None:
@@ -122,7 +136,9 @@ def test_malformed_and_oversized_files_are_data_errors(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- CIFAR-10 batches
 @pytest.mark.parametrize("protocol", [None, 4])
 def test_load_cifar10_rgb_layout_labels_and_names(tmp_path: Path, protocol: int | None) -> None:
-    written = write_cifar10(tmp_path / "cifar-10-batches-py", per_batch=3, n_test=5, protocol=protocol)
+    written = write_cifar10(
+        tmp_path / "cifar-10-batches-py", per_batch=3, n_test=5, protocol=protocol
+    )
     assert find_cifar10(tmp_path) == tmp_path / "cifar-10-batches-py"
     split = load_cifar10(tmp_path)
     assert split.train_images.shape == (15, 3, 32, 32) and split.test_images.shape == (5, 3, 32, 32)
@@ -130,7 +146,9 @@ def test_load_cifar10_rgb_layout_labels_and_names(tmp_path: Path, protocol: int 
     assert split.class_names == CLASSES and split.normalization is None
     data, _ = written["data_batch_2"]
     image = split.train_images[3]  # the first image of the second batch
-    red, green, blue = (data[0, k * 1024 : (k + 1) * 1024].reshape(32, 32) / 255.0 for k in range(3))
+    red, green, blue = (
+        data[0, k * 1024 : (k + 1) * 1024].reshape(32, 32) / 255.0 for k in range(3)
+    )
     np.testing.assert_allclose(image[0].numpy(), red, atol=1e-7)
     np.testing.assert_allclose(image[1].numpy(), green, atol=1e-7)
     np.testing.assert_allclose(image[2].numpy(), blue, atol=1e-7)
@@ -138,7 +156,11 @@ def test_load_cifar10_rgb_layout_labels_and_names(tmp_path: Path, protocol: int 
     assert split.train_labels.tolist() == expected
     assert split.test_labels.tolist() == written["test_batch"][1]
     raw, raw_labels = read_cifar10_batch(tmp_path / "cifar-10-batches-py" / "test_batch")
-    assert raw.dtype == torch.uint8 and raw.shape == (5, 3, 32, 32) and raw_labels.tolist() == written["test_batch"][1]
+    assert (
+        raw.dtype == torch.uint8
+        and raw.shape == (5, 3, 32, 32)
+        and raw_labels.tolist() == written["test_batch"][1]
+    )
 
 
 def test_load_cifar10_normalisation_limits_and_default_names(tmp_path: Path) -> None:
@@ -150,7 +172,9 @@ def test_load_cifar10_normalisation_limits_and_default_names(tmp_path: Path) -> 
     assert norm.normalization == (mean, std)
     got_mean, got_std = channel_statistics(norm.train_images)
     assert max(abs(m) for m in got_mean) < 1e-6 and max(abs(s - 1) for s in got_std) < 1e-5
-    expected_test = (plain.test_images - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
+    expected_test = (plain.test_images - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(
+        std
+    ).view(1, 3, 1, 1)
     torch.testing.assert_close(norm.test_images, expected_test.float())
     small = load_cifar10(tmp_path, limit=6, test_limit=2)
     assert small.train_images.shape[0] == 6 and small.test_images.shape[0] == 2
@@ -164,13 +188,21 @@ def test_load_cifar10_errors_name_the_file(tmp_path: Path) -> None:
     (tmp_path / "data_batch_4").unlink()
     with pytest.raises(DataError, match="expected data_batch_4 in"):
         load_cifar10(tmp_path)
-    (tmp_path / "data_batch_4").write_bytes(py2_pickle({b"data": np.zeros((2, 100), dtype=np.uint8), b"labels": [0, 1]}))
-    with pytest.raises(DataError, match=r"data_batch_4\): expected 'data' as a uint8 array \(N, 3072\)"):
+    (tmp_path / "data_batch_4").write_bytes(
+        py2_pickle({b"data": np.zeros((2, 100), dtype=np.uint8), b"labels": [0, 1]})
+    )
+    with pytest.raises(
+        DataError, match=r"data_batch_4\): expected 'data' as a uint8 array \(N, 3072\)"
+    ):
         load_cifar10(tmp_path)
     (tmp_path / "data_batch_4").write_bytes(py2_pickle({b"pixels": 1}))
-    with pytest.raises(DataError, match="expected the keys 'data' and 'labels', got \\['pixels'\\]"):
+    with pytest.raises(
+        DataError, match="expected the keys 'data' and 'labels', got \\['pixels'\\]"
+    ):
         load_cifar10(tmp_path)
-    (tmp_path / "data_batch_4").write_bytes(py2_pickle({b"data": np.zeros((2, 3072), dtype=np.uint8), b"labels": [0, 12]}))
+    (tmp_path / "data_batch_4").write_bytes(
+        py2_pickle({b"data": np.zeros((2, 3072), dtype=np.uint8), b"labels": [0, 12]})
+    )
     with pytest.raises(DataError, match=r"expected train labels in 0\.\.9, got 0\.\.12"):
         load_cifar10(tmp_path)
     with pytest.raises(DataError, match="positive limit"):
@@ -185,15 +217,35 @@ def test_hand_made_streams_cannot_alter_or_bypass_the_allowed_names() -> None:
     dtype = p.GLOBAL + b"numpy\ndtype\n"
     ndarray = p.GLOBAL + b"numpy\nndarray\n"
     attacks = [
-        (head + dtype + p.EMPTY_TUPLE + p.NEWOBJ + p.STOP, DataError, "NEWOBJ class argument must be a type"),
-        (head + dtype + p.EMPTY_DICT + p.BUILD + p.STOP, UnsafePickleError, "state for an allowed callable"),
-        (head + ndarray + p.EMPTY_DICT + p.BUILD + p.STOP, UnsafePickleError, "state for numpy.ndarray itself"),
+        (
+            head + dtype + p.EMPTY_TUPLE + p.NEWOBJ + p.STOP,
+            DataError,
+            "NEWOBJ class argument must be a type",
+        ),
+        (
+            head + dtype + p.EMPTY_DICT + p.BUILD + p.STOP,
+            UnsafePickleError,
+            "state for an allowed callable",
+        ),
+        (
+            head + ndarray + p.EMPTY_DICT + p.BUILD + p.STOP,
+            UnsafePickleError,
+            "state for numpy.ndarray itself",
+        ),
         (head + ndarray + p.EMPTY_TUPLE + p.REDUCE + p.STOP, DataError, "not callable"),
         (head + ndarray + p.STOP, UnsafePickleError, "bare reference to numpy.ndarray"),
-        (head + p.BINUNICODE + b"\x01\x00\x00\x00x" + p.BINPERSID + p.STOP, UnsafePickleError, "persistent id"),
+        (
+            head + p.BINUNICODE + b"\x01\x00\x00\x00x" + p.BINPERSID + p.STOP,
+            UnsafePickleError,
+            "persistent id",
+        ),
     ]
     for blob, error, message in attacks:
         with pytest.raises(error, match=message):
             load_pickle_safely(blob)
     # the allowed names still behave: a real array loads after the attacks
-    assert load_pickle_safely(pickle.dumps(np.arange(3, dtype=np.uint8), protocol=4)).tolist() == [0, 1, 2]
+    assert load_pickle_safely(pickle.dumps(np.arange(3, dtype=np.uint8), protocol=4)).tolist() == [
+        0,
+        1,
+        2,
+    ]

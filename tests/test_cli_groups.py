@@ -10,7 +10,9 @@ from groupattn.groups import builtin_groups
 
 def _rows(out: str) -> dict[str, list[str]]:
     lines = out.strip().splitlines()
-    return {line.split()[0]: line.split() for line in lines[1:] if line.split()[0] in builtin_groups()}
+    return {
+        line.split()[0]: line.split() for line in lines[1:] if line.split()[0] in builtin_groups()
+    }
 
 
 def test_groups_lists_every_builtin(capsys: pytest.CaptureFixture[str]) -> None:
@@ -43,7 +45,9 @@ def test_groups_check_verifies_axioms_and_action_laws(capsys: pytest.CaptureFixt
     assert "ok (action on coordinates)" in " ".join(rows["c8"])
 
 
-def test_groups_check_reports_failures(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_groups_check_reports_failures(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import groupattn.groups as groups_module
     from groupattn.groups import AxiomReport
 

@@ -24,16 +24,24 @@ def test_constructors_set_kind_types_and_reason() -> None:
     grid, lifted = GridField(), LiftedField(CyclicGroup(4))
     eq = Contract.equivariant(grid, lifted)
     assert (eq.kind, eq.input_type, eq.output_type, eq.reason, eq.output_group) == (
-        Status.EQUIVARIANT, grid, lifted, None, None,
+        Status.EQUIVARIANT,
+        grid,
+        lifted,
+        None,
+        None,
     )
     inv = Contract.invariant(grid)
     assert inv.kind == Status.INVARIANT and inv.output_type == InvariantField()
     coarse = TorusTranslations(4, 4)
     canon = Contract.canonicalizing(grid, grid, output_group=TorusTranslations(4, 4, stride=2))
-    assert canon.kind == Status.CANONICALIZING and canon.output_group == TorusTranslations(4, 4, stride=2)
+    assert canon.kind == Status.CANONICALIZING and canon.output_group == TorusTranslations(
+        4, 4, stride=2
+    )
     restore = Contract.frame_restoring((grid, InvariantField()), grid, coarse)
     assert restore.kind == Status.FRAME_RESTORING and isinstance(restore.input_type, tuple)
-    broken = Contract.breaks("absolute positional encoding is not translation-invariant", grid, grid)
+    broken = Contract.breaks(
+        "absolute positional encoding is not translation-invariant", grid, grid
+    )
     assert broken.kind == Status.BROKEN and "absolute" in (broken.reason or "")
     unknown = Contract.unknown("no idea", grid)
     assert unknown.kind == Status.UNVERIFIED and unknown.output_type is None
@@ -47,10 +55,18 @@ def test_preserves_symmetry_and_describe() -> None:
     assert Contract.frame_restoring(grid, grid).preserves_symmetry
     assert not Contract.breaks("clipped bias", grid, grid).preserves_symmetry
     assert not Contract.unknown("?").preserves_symmetry
-    assert Contract.equivariant(grid, TokenField(grid=(2, 2))).describe() == "equivariant: grid(B,C,H,W) -> tokens(B,N,C)[2x2]"
-    assert Contract.breaks("clipped bias", grid).describe() == "broken: grid(B,C,H,W) -> ? (clipped bias)"
-    assert Contract.frame_restoring((grid, InvariantField()), grid).describe().startswith(
-        "frame-restoring: (grid(B,C,H,W), invariant) -> grid"
+    assert (
+        Contract.equivariant(grid, TokenField(grid=(2, 2))).describe()
+        == "equivariant: grid(B,C,H,W) -> tokens(B,N,C)[2x2]"
+    )
+    assert (
+        Contract.breaks("clipped bias", grid).describe()
+        == "broken: grid(B,C,H,W) -> ? (clipped bias)"
+    )
+    assert (
+        Contract.frame_restoring((grid, InvariantField()), grid)
+        .describe()
+        .startswith("frame-restoring: (grid(B,C,H,W), invariant) -> grid")
     )
     assert Status("canonicalizing") is Status.CANONICALIZING and Status.BROKEN == "broken"
 
@@ -69,7 +85,9 @@ class _Declares(torch.nn.Module):
 
     def contract(self, group, input_type=None) -> Contract:
         if not isinstance(group, TorusTranslations):
-            return Contract.unknown(f"_Declares: only translations are analysed, got {group.name}", input_type)
+            return Contract.unknown(
+                f"_Declares: only translations are analysed, got {group.name}", input_type
+            )
         t = input_type or GridField()
         return Contract.equivariant(t, t)
 
@@ -90,10 +108,14 @@ def test_contract_of_declared_registered_and_unknown() -> None:
     assert not isinstance(_Plain(), DeclaresContract)
     assert contract_of(declared, torus).kind == Status.EQUIVARIANT
     assert contract_of(declared, p4(4)).kind == Status.UNVERIFIED
-    assert contract_of(declared, torus, LiftedField(CyclicGroup(4))).input_type == LiftedField(CyclicGroup(4))
+    assert contract_of(declared, torus, LiftedField(CyclicGroup(4))).input_type == LiftedField(
+        CyclicGroup(4)
+    )
 
     fallback = contract_of(_Plain(), torus)
-    assert fallback.kind == Status.UNVERIFIED and "_Plain declares no contract" in (fallback.reason or "")
+    assert fallback.kind == Status.UNVERIFIED and "_Plain declares no contract" in (
+        fallback.reason or ""
+    )
 
     @register_contract(_Plain)
     def _plain_contract(module, group, input_type):
@@ -146,13 +168,18 @@ def test_one_status_vocabulary_and_deprecated_names() -> None:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             assert getattr(old_module, old_name) is Status
-        assert any(issubclass(w.category, DeprecationWarning) and old_name in str(w.message) for w in caught)
+        assert any(
+            issubclass(w.category, DeprecationWarning) and old_name in str(w.message)
+            for w in caught
+        )
     assert Status.BREAKS is Status.BROKEN and Status.UNKNOWN is Status.UNVERIFIED
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert Status("breaks") is Status.BROKEN and Status("unknown") is Status.UNVERIFIED
     assert len(caught) == 2
     assert groupattn.check.Status is groupattn.contracts.Status
-    assert Status.EQUIVARIANT.certified and Status.INVARIANT.certified and not Status.BROKEN.certified
+    assert (
+        Status.EQUIVARIANT.certified and Status.INVARIANT.certified and not Status.BROKEN.certified
+    )
     record = NodeRecord("x", "placeholder", "input", "input")
     assert record.status == Status.INPUT

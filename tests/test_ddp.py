@@ -57,25 +57,61 @@ def test_two_processes_match_one_process(tmp_path: Path) -> None:
 
 
 def test_torchrun_cli_matches_single_process(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1"}
-    common = ["train", "--model", "training_helpers:invariant_cnn", "--group", "translations",
-              "--limit", "64", "--epochs", "1", "--batch-size", "16", "--seed", "1", "--no-progress"]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+    }
+    common = [
+        "train",
+        "--model",
+        "training_helpers:invariant_cnn",
+        "--group",
+        "translations",
+        "--limit",
+        "64",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "16",
+        "--seed",
+        "1",
+        "--no-progress",
+    ]
     torchrun = Path(sys.executable).with_name("torchrun")
     ddp_run = subprocess.run(
-        [str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "groupattn.cli", *common,
-         "--checkpoint", str(tmp_path / "ddp.pt")],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=240,
+        [
+            str(torchrun),
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "groupattn.cli",
+            *common,
+            "--checkpoint",
+            str(tmp_path / "ddp.pt"),
+        ],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert ddp_run.returncode == 0, ddp_run.stderr[-3000:]
     assert "2 process(es)" in ddp_run.stdout
     assert "test accuracy" in ddp_run.stdout
     one_run = subprocess.run(
         [sys.executable, "-m", "groupattn.cli", *common, "--checkpoint", str(tmp_path / "one.pt")],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=240,
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert one_run.returncode == 0, one_run.stderr[-3000:]
-    ddp_state, one_state = load_checkpoint(tmp_path / "ddp.pt"), load_checkpoint(tmp_path / "one.pt")
+    ddp_state, one_state = (
+        load_checkpoint(tmp_path / "ddp.pt"),
+        load_checkpoint(tmp_path / "one.pt"),
+    )
     assert ddp_state["epoch"] == one_state["epoch"] == 1
     assert len(ddp_state["rng"]) == 2 and len(one_state["rng"]) == 1
     for name, value in one_state["model"].items():

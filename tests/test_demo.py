@@ -18,10 +18,27 @@ from groupattn.cli import main
 from groupattn.training._demo import DemoSettings, format_table
 
 EXPECTED_KEYS = {
-    "model", "variant", "label", "group", "accuracy", "shifted_accuracy", "shift_consistency",
-    "rotated_accuracy", "rotation_consistency", "accuracy_by_shift", "accuracy_by_rotation",
-    "equivariance_error", "equivariance_group", "verdict", "verdict_detail", "parameters",
-    "train_seconds", "train_cpu_seconds", "train_size", "epochs", "predicted_classes",
+    "model",
+    "variant",
+    "label",
+    "group",
+    "accuracy",
+    "shifted_accuracy",
+    "shift_consistency",
+    "rotated_accuracy",
+    "rotation_consistency",
+    "accuracy_by_shift",
+    "accuracy_by_rotation",
+    "equivariance_error",
+    "equivariance_group",
+    "verdict",
+    "verdict_detail",
+    "parameters",
+    "train_seconds",
+    "train_cpu_seconds",
+    "train_size",
+    "epochs",
+    "predicted_classes",
 }
 
 
@@ -30,7 +47,17 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Path]
     out = tmp_path_factory.mktemp("demo")
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        code = main(["demo", "--quick", "--no-progress", "--json", str(out / "demo.json"), "--plot", str(out / "demo.png")])
+        code = main(
+            [
+                "demo",
+                "--quick",
+                "--no-progress",
+                "--json",
+                str(out / "demo.json"),
+                "--plot",
+                str(out / "demo.png"),
+            ]
+        )
     assert code == 0
     return json.loads((out / "demo.json").read_text()), buffer.getvalue(), out / "demo.png"
 
@@ -40,11 +67,20 @@ def test_demo_json_structure(demo_run: tuple[dict, str, Path]) -> None:
     assert results["settings"] == json.loads(json.dumps(DemoSettings.quick().__dict__))
     rows = results["rows"]
     assert [(r["model"], r["variant"]) for r in rows] == [
-        ("vit", "baseline"), ("vit", "equivariant"), ("group_vit", "baseline"), ("group_vit", "equivariant"),
+        ("vit", "baseline"),
+        ("vit", "equivariant"),
+        ("group_vit", "baseline"),
+        ("group_vit", "equivariant"),
     ]
     for row in rows:
         assert set(row) == EXPECTED_KEYS
-        for key in ("accuracy", "shifted_accuracy", "shift_consistency", "rotated_accuracy", "rotation_consistency"):
+        for key in (
+            "accuracy",
+            "shifted_accuracy",
+            "shift_consistency",
+            "rotated_accuracy",
+            "rotation_consistency",
+        ):
             assert 0.0 <= row[key] <= 1.0
         assert set(row["accuracy_by_rotation"]) == {"0", "90", "180", "270"}
         assert set(row["accuracy_by_shift"]) == {"0", "8"}
@@ -61,7 +97,9 @@ def test_equivariant_models_are_consistent_and_certified(demo_run: tuple[dict, s
         assert equivariant["equivariance_error"] <= 1e-10  # float64 check: rounding only
         assert equivariant["verdict"] in ("invariant", "equivariant")
         assert baseline["equivariance_error"] > 1e-8
-        assert baseline["verdict"] == "broken" and baseline["verdict_detail"].startswith("first break at")
+        assert baseline["verdict"] == "broken" and baseline["verdict_detail"].startswith(
+            "first break at"
+        )
     assert rows[("vit", "equivariant")]["shift_consistency"] == 1.0
     assert rows[("group_vit", "equivariant")]["rotation_consistency"] == 1.0
     c4 = rows[("group_vit", "equivariant")]["accuracy_by_rotation"]
@@ -73,7 +111,16 @@ def test_demo_prints_one_table(demo_run: tuple[dict, str, Path]) -> None:
     table = format_table(results)
     assert table in stdout
     header = table.splitlines()[0]
-    for column in ("training", "clean acc", "shifted acc", "shift cons", "rotated acc", "rot cons", "max equiv err", "checker"):
+    for column in (
+        "training",
+        "clean acc",
+        "shifted acc",
+        "shift cons",
+        "rotated acc",
+        "rot cons",
+        "max equiv err",
+        "checker",
+    ):
         assert column in header
     assert len(table.splitlines()) == 2 + len(results["rows"])
     markdown = format_table(results, markdown=True)
@@ -86,6 +133,7 @@ def test_demo_writes_a_png(demo_run: tuple[dict, str, Path]) -> None:
     assert png.stat().st_size > 10_000
 
 
-def test_demo_rejects_unknown_models() -> None:
-    with pytest.raises(ValueError, match="groupattn demo: expected models from"):
-        main(["demo", "--quick", "--models", "no_such_model"])
+def test_demo_rejects_unknown_models(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--quick", "--models", "no_such_model"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("groupattn demo: error: expected models from")

@@ -22,8 +22,16 @@ def _run(name: str) -> Any:
 
 def test_every_example_is_tested() -> None:
     tested = {
-        "quickstart", "custom_group", "vit_digits", "gsa_rotated_digits", "checker_catches_broken",
-        "set_transformer", "graph_attention", "hexagonal_grid", "periodic_sequence", "product_group",
+        "quickstart",
+        "custom_group",
+        "vit_digits",
+        "gsa_rotated_digits",
+        "checker_catches_broken",
+        "set_transformer",
+        "graph_attention",
+        "hexagonal_grid",
+        "periodic_sequence",
+        "product_group",
         "value_stream",
     }
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
@@ -32,7 +40,10 @@ def test_every_example_is_tested() -> None:
 def test_quickstart_runs_as_a_script() -> None:
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / "quickstart.py"), "--quick"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "verdict: invariant" in done.stdout
@@ -71,7 +82,11 @@ def test_graph_attention(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(good) == 4 and len(broken) == 2
     assert max(good.values()) <= 1e-10 and min(broken.values()) > 1e-3
     out = capsys.readouterr().out
-    assert "|Aut| = 120, 3 orbitals" in out and "over all 120 automorphisms" in out and "|Aut| = 8" in out
+    assert (
+        "|Aut| = 120, 3 orbitals" in out
+        and "over all 120 automorphisms" in out
+        and "|Aut| = 8" in out
+    )
 
 
 def test_hexagonal_grid(capsys: pytest.CaptureFixture[str]) -> None:

@@ -49,7 +49,9 @@ def test_group_table_entries_are_exactly_the_orbitals(group: RotoTranslationGrou
 
 
 @pytest.mark.parametrize("group", [p4(5), p4m(4)], ids=lambda g: g.name)
-def test_lifting_table_entries_are_the_orbitals_of_output_key_pairs(group: RotoTranslationGroup) -> None:
+def test_lifting_table_entries_are_the_orbitals_of_output_key_pairs(
+    group: RotoTranslationGroup,
+) -> None:
     size, pg = group.size, group.point_group
     geometry = relative_geometry(pg, size, size, None, lifting=True)
     n = size * size
@@ -87,7 +89,9 @@ def test_local_geometry_is_invariant(
     m = tables.matrices[tables.inverse[ai]].round().long()  # matrix of a
     moved = deltas @ m.T
     target = (moved[:, 0] + r) * neighbourhood + (moved[:, 1] + r)  # window index of a·δ
-    compose = torch.tensor([[pg.index(pg.compose(x, y)) for y in pg.elements()] for x in pg.elements()])
+    compose = torch.tensor(
+        [[pg.index(pg.compose(x, y)) for y in pg.elements()] for x in pg.elements()]
+    )
     for h in range(pg.order()):
         ah = int(compose[ai, h])
         if lifting:
@@ -130,7 +134,9 @@ def test_window_tiling_covers_every_window_once() -> None:
 
 
 def test_orbital_table_shapes_and_errors() -> None:
-    table = OrbitalTableEncoding(CyclicGroup(4), num_heads=3, lifting=False, size=5, vector_channels=2)
+    table = OrbitalTableEncoding(
+        CyclicGroup(4), num_heads=3, lifting=False, grid=5, vector_dim=2
+    )
     geometry = relative_geometry(CyclicGroup(4), 5, 5, None, False)
     bias, vectors = table(geometry)
     assert bias is not None and bias.shape == (3, 5 * 5 * 4)
@@ -146,10 +152,12 @@ def test_orbital_table_shapes_and_errors() -> None:
 
 
 def test_continuous_encoding_runs_on_distinct_invariants_only() -> None:
-    encoding = ContinuousGroupEncoding(DihedralGroup(4), num_heads=2, vector_channels=3)
+    encoding = ContinuousGroupEncoding(DihedralGroup(4), num_heads=2, vector_dim=3)
     geometry = relative_geometry(DihedralGroup(4), 6, 6, None, False)
     calls: list[int] = []
-    encoding.mlp.register_forward_hook(lambda module, inputs, output: calls.append(inputs[0].shape[0]))
+    encoding.mlp.register_forward_hook(
+        lambda module, inputs, output: calls.append(inputs[0].shape[0])
+    )
     bias, vectors = encoding(geometry)
     assert calls == [36]  # one MLP row per torus offset, not per (h, query, key)
     assert bias is not None and bias.shape == (2, 36 * 8)
@@ -190,9 +198,18 @@ def _grid_of(pg: PointGroup) -> tuple[int, int]:
 
 
 def _previous_table_encoding(
-    pg: PointGroup, heads: int, lifting: bool, neighbourhood: int | None, size: tuple[int, int],
-    vector_channels: int, additive: bool, init_std: float, seed: int,
-) -> tuple[torch.Tensor, RelativeGeometry, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    pg: PointGroup,
+    heads: int,
+    lifting: bool,
+    neighbourhood: int | None,
+    size: tuple[int, int],
+    vector_channels: int,
+    additive: bool,
+    init_std: float,
+    seed: int,
+) -> tuple[
+    torch.Tensor, RelativeGeometry, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None
+]:
     """What ``OrbitalTableEncoding`` computed before it moved onto ``IndexedTable``, spelled out.
 
     That implementation drew, as the only random draw of its constructor, one normal
@@ -213,7 +230,7 @@ def _previous_table_encoding(
     bias_table = table[:, :heads].T if additive else None
     vectors = None
     if vector_channels:
-        vectors = table[:, heads * int(additive):].reshape(entries, heads, vector_channels)
+        vectors = table[:, heads * int(additive) :].reshape(entries, heads, vector_channels)
     gathered = None if bias_table is None else bias_table[:, geometry.index]
     return table, geometry, bias_table, vectors, gathered
 
@@ -222,7 +239,9 @@ def _same_or_none(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
     return (a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
 
 
-@pytest.mark.parametrize(("pg", "lifting", "neighbourhood", "vector_channels", "additive"), TABLE_CASES)
+@pytest.mark.parametrize(
+    ("pg", "lifting", "neighbourhood", "vector_channels", "additive"), TABLE_CASES
+)
 def test_orbital_table_outputs_are_unchanged_bit_for_bit(
     pg: PointGroup, lifting: bool, neighbourhood: int | None, vector_channels: int, additive: bool
 ) -> None:
@@ -232,7 +251,14 @@ def test_orbital_table_outputs_are_unchanged_bit_for_bit(
     )
     torch.manual_seed(seed)
     encoding = OrbitalTableEncoding(
-        pg, heads, lifting, neighbourhood, None if neighbourhood else size, vector_channels, additive, init_std=0.7
+        pg,
+        heads,
+        lifting,
+        neighbourhood,
+        None if neighbourhood else size,
+        vector_channels,
+        additive,
+        init_std=0.7,
     )
     assert list(encoding.state_dict()) == ["table"] and not list(encoding.buffers())
     assert torch.equal(encoding.table, table)
@@ -249,14 +275,24 @@ def test_orbital_table_outputs_are_unchanged_bit_for_bit(
 def test_orbital_table_loads_an_old_format_state_dict() -> None:
     """Checkpoints hold the learned table only, under the key ``table`` (the index was never state)."""
     pg = DihedralGroup(4)
-    table, geometry, _, vectors, gathered = _previous_table_encoding(pg, 2, False, None, (4, 4), 2, True, 1.0, 5)
-    encoding = OrbitalTableEncoding(pg, 2, lifting=False, size=4, vector_channels=2)
+    table, geometry, _, vectors, gathered = _previous_table_encoding(
+        pg, 2, False, None, (4, 4), 2, True, 1.0, 5
+    )
+    encoding = OrbitalTableEncoding(pg, 2, lifting=False, grid=4, vector_dim=2)
     encoding.load_state_dict({"table": table.clone()})  # strict
-    assert torch.equal(encoding.bias(geometry), gathered) and _same_or_none(encoding(geometry)[1], vectors)
+    assert torch.equal(encoding.bias(geometry), gathered) and _same_or_none(
+        encoding(geometry)[1], vectors
+    )
     from groupattn.attention import GroupSelfAttention
 
-    layer = GroupSelfAttention(4, 4, pg, num_heads=2, encoding="table", size=4, query_position=True)
-    assert list(layer.state_dict()) == ["qkv.weight", "qkv.bias", "proj.weight", "proj.bias", "encoding.table"]
+    layer = GroupSelfAttention(4, 4, pg, num_heads=2, encoding="table", grid=4, query_position=True)
+    assert list(layer.state_dict()) == [
+        "qkv.weight",
+        "qkv.bias",
+        "proj.weight",
+        "proj.bias",
+        "encoding.table",
+    ]
     old = {**layer.state_dict(), "encoding.table": table.clone()}
     layer.load_state_dict(old)  # strict
     assert torch.equal(layer.encoding.bias(geometry), gathered)
@@ -264,28 +300,35 @@ def test_orbital_table_loads_an_old_format_state_dict() -> None:
 
 @pytest.mark.parametrize("lifting", [False, True], ids=["group", "lifting"])
 @pytest.mark.parametrize("group", [p4(4), p4m(4)], ids=lambda g: g.name)
-def test_orbital_table_index_is_invariant_under_every_element(group: RotoTranslationGroup, lifting: bool) -> None:
+def test_orbital_table_index_is_invariant_under_every_element(
+    group: RotoTranslationGroup, lifting: bool
+) -> None:
     pg, size = group.point_group, group.size
-    encoding = OrbitalTableEncoding(pg, 1, lifting=lifting, size=size)
+    encoding = OrbitalTableEncoding(pg, 1, lifting=lifting, grid=size)
     n = size * size
     lifted, pixels = GSet.lifted_grid(group, pg, size, size), GSet.grid(group, size, size)
     index = encoding.orbital_index.reshape(pg.order() * n, -1)  # (lifted output token, key)
     for g in group.elements():
         rows = lifted.permutation(g)
         cols = pixels.permutation(g) if lifting else rows
-        assert torch.equal(index[rows[:, None], cols[None, :]], index)  # index[g·i, g·j] = index[i, j]
+        assert torch.equal(
+            index[rows[:, None], cols[None, :]], index
+        )  # index[g·i, g·j] = index[i, j]
     if lifting:
         assert torch.unique(index).numel() == encoding.num_labels == n
     else:  # exactly the orbitals, from the closed form (no union–find in the encoding)
-        assert _same_partition(index, lifted.orbitals()) and encoding.num_labels == lifted.num_orbitals()
+        assert (
+            _same_partition(index, lifted.orbitals())
+            and encoding.num_labels == lifted.num_orbitals()
+        )
 
 
 def test_orbital_table_owns_its_index() -> None:
     """Editing one table's index in place reaches neither another table nor relative_geometry's cache."""
     geometry = relative_geometry(DihedralGroup(4), 4, 4, None, False)
     cached = geometry.index.clone()
-    first = OrbitalTableEncoding(DihedralGroup(4), 1, lifting=False, size=4)
-    second = OrbitalTableEncoding(DihedralGroup(4), 1, lifting=False, size=4)
+    first = OrbitalTableEncoding(DihedralGroup(4), 1, lifting=False, grid=4)
+    second = OrbitalTableEncoding(DihedralGroup(4), 1, lifting=False, grid=4)
     before = second.bias(geometry)
     with torch.no_grad():
         first.orbital_index.fill_(0)
@@ -296,16 +339,28 @@ def test_orbital_table_owns_its_index() -> None:
 
 
 def test_orbital_table_rejects_a_geometry_that_is_not_its_own() -> None:
-    d2 = OrbitalTableEncoding(DihedralGroup(2), 1, lifting=False, size=(3, 5))
+    d2 = OrbitalTableEncoding(DihedralGroup(2), 1, lifting=False, grid=(3, 5))
     assert d2.bias(relative_geometry(DihedralGroup(2), 3, 5)).shape == (1, 4, 15, 4, 15)
     cases = [
-        (relative_geometry(DihedralGroup(2), 5, 3), r"got a 5x3 geometry \(group layer, D2\) with 60 orbitals"),
-        (relative_geometry(CyclicGroup(4), 4, 4, 3), r"got a window 3 geometry \(group layer, C4\) with 36 orbitals"),
-        (relative_geometry(DihedralGroup(2), 3, 5, None, True), r"got a 3x5 geometry \(lifting layer, D2\)"),
+        (
+            relative_geometry(DihedralGroup(2), 5, 3),
+            r"got a 5x3 geometry \(group layer, D2\) with 60 orbitals",
+        ),
+        (
+            relative_geometry(CyclicGroup(4), 4, 4, 3),
+            r"got a window 3 geometry \(group layer, C4\) with 36 orbitals",
+        ),
+        (
+            relative_geometry(DihedralGroup(2), 3, 5, None, True),
+            r"got a 3x5 geometry \(lifting layer, D2\)",
+        ),
     ]
     for geometry, message in cases:
-        with pytest.raises(GroupError, match=r"OrbitalTableEncoding: expected a 3x5 geometry \(group layer, D2\) "
-                           r"with 60 orbitals, " + message):
+        with pytest.raises(
+            GroupError,
+            match=r"OrbitalTableEncoding: expected a 3x5 geometry \(group layer, D2\) "
+            r"with 60 orbitals, " + message,
+        ):
             d2(geometry)
     # same number of orbitals, another point group (C4 and D2 have order 4): rejected too
     c4 = OrbitalTableEncoding(CyclicGroup(4), 1, lifting=True, neighbourhood=3)
@@ -314,10 +369,15 @@ def test_orbital_table_rejects_a_geometry_that_is_not_its_own() -> None:
     for size, message in [
         ((4, 6), "OrbitalTableEncoding: expected a square grid for the rotation group C4, got 4x6"),
         ((0, 4), "OrbitalTableEncoding: expected a grid size of at least 1x1, got 0x4"),
-        ((2.5, 3), r"OrbitalTableEncoding: expected a grid size \(height, width\) of ints, got \(2\.5, 3\)"),
+        (
+            (2.5, 3),
+            r"OrbitalTableEncoding: expected a grid size \(height, width\) of ints, got \(2\.5, 3\)",
+        ),
         ((4, 4, 4), r"expected a grid size \(height, width\) of ints, got \(4, 4, 4\)"),
     ]:
         with pytest.raises(GroupError, match=message):
-            OrbitalTableEncoding(CyclicGroup(4), 1, lifting=False, size=size)  # type: ignore[arg-type]
-    with pytest.raises(GroupError, match="OrbitalTableEncoding: expected an odd neighbourhood size k >= 1, got 4"):
+            OrbitalTableEncoding(CyclicGroup(4), 1, lifting=False, grid=size)  # type: ignore[arg-type]
+    with pytest.raises(
+        GroupError, match="OrbitalTableEncoding: expected an odd neighbourhood size k >= 1, got 4"
+    ):
         OrbitalTableEncoding(CyclicGroup(4), 1, lifting=True, neighbourhood=4)

@@ -159,13 +159,17 @@ def test_uniform_sampling_reaches_every_element_of_a_small_group() -> None:
 
 
 # ---------------------------------------------------------------- concrete laws
-@pytest.mark.parametrize("group", [CyclicGroup(8), DihedralGroup(3), DihedralGroup(4), DihedralGroup(6)], ids=repr)
+@pytest.mark.parametrize(
+    "group", [CyclicGroup(8), DihedralGroup(3), DihedralGroup(4), DihedralGroup(6)], ids=repr
+)
 def test_point_groups_are_orthogonal_matrix_groups(group) -> None:
     mats = {g: torch.tensor(real_matrix(group, g), dtype=torch.float64) for g in group.elements()}
     for a, b in itertools.product(group.elements(), repeat=2):
         assert torch.allclose(mats[a * b], mats[a] @ mats[b], atol=1e-12)
     # faithful: distinct elements, distinct matrices
-    assert len({tuple(m.flatten().round(decimals=9).tolist()) for m in mats.values()}) == group.order()
+    assert (
+        len({tuple(m.flatten().round(decimals=9).tolist()) for m in mats.values()}) == group.order()
+    )
     for g, m in mats.items():
         det = torch.linalg.det(m).item()
         assert math.isclose(det, -1.0 if group.is_reflection(g) else 1.0, abs_tol=1e-12)
@@ -233,11 +237,16 @@ def test_direct_and_semidirect_products() -> None:
     assert not infinite.is_finite and not isinstance(infinite, FiniteGroup)
     # C_n ⋊ C_2 with inversion is the dihedral group: same order, same element orders
     n = 5
-    semi = SemidirectProduct(CyclicGroup(n), c2, lambda h, r: r if h == 0 else (-r) % n, name="C5⋊C2")
+    semi = SemidirectProduct(
+        CyclicGroup(n), c2, lambda h, r: r if h == 0 else (-r) % n, name="C5⋊C2"
+    )
     d5 = DihedralGroup(n)
 
     def element_orders(group: FiniteGroup) -> list[int]:
-        return sorted(next(k for k in range(1, 100) if group.power(g, k) == group.identity()) for g in group.elements())
+        return sorted(
+            next(k for k in range(1, 100) if group.power(g, k) == group.identity())
+            for g in group.elements()
+        )
 
     assert isinstance(semi, FiniteGroup)
     assert element_orders(semi) == element_orders(d5)
@@ -264,12 +273,20 @@ def test_permutation_groups() -> None:
     for n in range(1, 6):
         sym = SymmetricGroup(n)
         assert len(sym.elements()) == sym.order() == math.factorial(n)
-        assert set(sym.permutation(g) for g in sym.elements()) == set(itertools.permutations(range(n)))
+        assert set(sym.permutation(g) for g in sym.elements()) == set(
+            itertools.permutations(range(n))
+        )
 
 
 @pytest.mark.parametrize(
     "graph",
-    [nx.cycle_graph(6), nx.path_graph(5), nx.complete_bipartite_graph(2, 3), nx.star_graph(4), nx.house_graph()],
+    [
+        nx.cycle_graph(6),
+        nx.path_graph(5),
+        nx.complete_bipartite_graph(2, 3),
+        nx.star_graph(4),
+        nx.house_graph(),
+    ],
     ids=["cycle6", "path5", "k23", "star4", "house"],
 )
 def test_graph_automorphisms_match_brute_force(graph) -> None:
@@ -278,7 +295,8 @@ def test_graph_automorphisms_match_brute_force(graph) -> None:
     brute = {
         p
         for p in itertools.permutations(range(len(nodes)))
-        if {frozenset((nodes[p[nodes.index(u)]], nodes[p[nodes.index(v)]])) for u, v in graph.edges} == edges
+        if {frozenset((nodes[p[nodes.index(u)]], nodes[p[nodes.index(v)]])) for u, v in graph.edges}
+        == edges
     }
     group = graph_automorphism_group(graph)
     assert group.order() == len(brute)
@@ -390,8 +408,12 @@ def test_generators_that_are_not_permutations_raise(generators, message) -> None
 
 
 def test_permutation_group_larger_than_bound_raises() -> None:
-    big = PermutationGroup([[1, 0, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6, 0]], max_order=100, name="S7?")
-    with pytest.raises(GroupError, match=r"S7\?: expected a group of at most max_order=100 elements"):
+    big = PermutationGroup(
+        [[1, 0, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6, 0]], max_order=100, name="S7?"
+    )
+    with pytest.raises(
+        GroupError, match=r"S7\?: expected a group of at most max_order=100 elements"
+    ):
         big.order()
     with pytest.raises(GroupError, match="max_order=10 automorphisms"):
         graph_automorphism_group(nx.complete_graph(5), max_order=10)

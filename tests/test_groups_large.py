@@ -133,7 +133,12 @@ class Quaternion(FiniteGroup):
         return a if a[1] == "1" else (-a[0], a[1])
 
     def _validate(self, value: Any) -> Any:
-        if not isinstance(value, tuple) or len(value) != 2 or value[0] not in (1, -1) or value[1] not in self._UNITS:
+        if (
+            not isinstance(value, tuple)
+            or len(value) != 2
+            or value[0] not in (1, -1)
+            or value[1] not in self._UNITS
+        ):
             raise GroupError(f"Q8: expected (±1, unit), got {value!r}")
         return value
 
@@ -162,12 +167,16 @@ def test_symmetric_group_20_without_listing(no_listing: None) -> None:
         assert s20.contains(perm) and s20.element(perm).value == tuple(perm)
     assert not s20.contains([*range(19), 0])  # not a permutation
     assert s20.stabilizer(7).order() == math.factorial(19)
-    assert time.perf_counter() - start < 10  # well under a second alone; generous on a loaded machine
+    assert (
+        time.perf_counter() - start < 10
+    )  # well under a second alone; generous on a loaded machine
 
 
 def test_symmetric_group_from_plain_generators_matches() -> None:
     n = 20
-    plain = PermutationGroup([[1, 0, *range(2, n)], [(i + 1) % n for i in range(n)]], name="S20 by generators")
+    plain = PermutationGroup(
+        [[1, 0, *range(2, n)], [(i + 1) % n for i in range(n)]], name="S20 by generators"
+    )
     assert plain.order() == math.factorial(n)
     assert len(plain.basic_orbits()) == len(plain.base())
     assert math.prod(len(o) for o in plain.basic_orbits()) == plain.order()
@@ -176,7 +185,10 @@ def test_symmetric_group_from_plain_generators_matches() -> None:
 
 def test_listing_a_huge_group_is_refused_with_the_order_and_budget() -> None:
     s20 = SymmetricGroup(20)
-    with pytest.raises(GroupError, match=rf"S20: .*at most {ENUMERATION_BUDGET} elements.*ENUMERATION_BUDGET.*order {math.factorial(20)}"):
+    with pytest.raises(
+        GroupError,
+        match=rf"S20: .*at most {ENUMERATION_BUDGET} elements.*ENUMERATION_BUDGET.*order {math.factorial(20)}",
+    ):
         s20.elements()
     with pytest.raises(GroupError, match="element index needs the element list"):
         s20.element(3)
@@ -245,11 +257,18 @@ def test_stabilizers_of_graph_groups(key: str) -> None:
 def test_petersen_and_small_graphs_match_vf2() -> None:
     from networkx.algorithms import isomorphism
 
-    for graph in [nx.petersen_graph(), nx.cycle_graph(7), nx.star_graph(5), nx.complete_bipartite_graph(3, 3), nx.empty_graph(4)]:
+    for graph in [
+        nx.petersen_graph(),
+        nx.cycle_graph(7),
+        nx.star_graph(5),
+        nx.complete_bipartite_graph(3, 3),
+        nx.empty_graph(4),
+    ]:
         nodes = list(graph.nodes)
         pos = {v: i for i, v in enumerate(nodes)}
         vf2 = {
-            tuple(pos[m[v]] for v in nodes) for m in isomorphism.GraphMatcher(graph, graph).isomorphisms_iter()
+            tuple(pos[m[v]] for v in nodes)
+            for m in isomorphism.GraphMatcher(graph, graph).isomorphisms_iter()
         }
         group = graph_automorphism_group(graph)
         assert group.order() == len(vf2)
@@ -261,7 +280,9 @@ def small_graphs(draw: st.DrawFn) -> nx.Graph:
     n = draw(st.integers(1, 7))
     directed = draw(st.booleans())
     pairs = [(a, b) for a in range(n) for b in range(n) if (a != b if directed else a < b)]
-    edges = draw(st.lists(st.sampled_from(pairs), unique=True, max_size=len(pairs))) if pairs else []
+    edges = (
+        draw(st.lists(st.sampled_from(pairs), unique=True, max_size=len(pairs))) if pairs else []
+    )
     graph = nx.DiGraph() if directed else nx.Graph()
     graph.add_nodes_from(range(n))
     graph.add_edges_from(edges)
@@ -322,7 +343,11 @@ def test_schreier_sims_matches_sympy(data: tuple[int, list[list[int]]], seed: in
 
 
 def test_schreier_sims_matches_listing_on_small_groups() -> None:
-    for gens in ([[1, 2, 3, 4, 5, 0], [0, 5, 4, 3, 2, 1]], [[1, 0, 2, 3], [0, 1, 3, 2]], [[2, 0, 1, 4, 3]]):
+    for gens in (
+        [[1, 2, 3, 4, 5, 0], [0, 5, 4, 3, 2, 1]],
+        [[1, 0, 2, 3], [0, 1, 3, 2]],
+        [[2, 0, 1, 4, 3]],
+    ):
         group = PermutationGroup(gens)
         listed = group._enumerate()
         assert group.order() == len(listed) == len(set(listed))
@@ -378,7 +403,23 @@ def _check_every_word(group: FiniteGroup) -> None:
         lambda: PermutationGroup([[1, 2, 3, 4, 5, 0], [0, 5, 4, 3, 2, 1]], name="hexagon"),
         lambda: graph_automorphism_group(nx.petersen_graph()),
     ],
-    ids=["C4", "C1", "D4", "D1", "p4(4)", "p4m(3)", "C4xC2", "D3xS3", "T(3x5)", "T(1x4)", "V4", "Q8", "S4", "hexagon", "petersen"],
+    ids=[
+        "C4",
+        "C1",
+        "D4",
+        "D1",
+        "p4(4)",
+        "p4m(3)",
+        "C4xC2",
+        "D3xS3",
+        "T(3x5)",
+        "T(1x4)",
+        "V4",
+        "Q8",
+        "S4",
+        "hexagon",
+        "petersen",
+    ],
 )
 def test_word_for_every_element(make: Any) -> None:
     _check_every_word(make())
@@ -438,7 +479,11 @@ def test_schreier_sims_words_on_random_groups(data: tuple[int, list[list[int]]],
 
 def test_word_table_with_long_cycles() -> None:
     """Generators of large order: inverses are written as long runs and reduced."""
-    gens = [[*range(1, 11), 0, 11, 12], [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 11], [1, 0, *range(2, 13)]]
+    gens = [
+        [*range(1, 11), 0, 11, 12],
+        [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 11],
+        [1, 0, *range(2, 13)],
+    ]
     group = PermutationGroup(gens)
     assert group.order() == math.factorial(11) * 2
     perms = group.generator_permutations()
@@ -466,7 +511,9 @@ def test_word_table_budget(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(permutation_module, "WORD_TABLE_BUDGET", 50)
     group = graph_automorphism_group(_paths_graph())
-    with pytest.raises(GroupError, match=r"WORD_TABLE_BUDGET=50 transversal slots for words, got 1\d\d"):
+    with pytest.raises(
+        GroupError, match=r"WORD_TABLE_BUDGET=50 transversal slots for words, got 1\d\d"
+    ):
         group.word(group.sample(1, seed=0)[0])
 
 
@@ -502,7 +549,9 @@ def test_permutation_groups_compare_by_their_elements() -> None:
     c = PermutationGroup([[1, 2, 3, 0]])
     assert a == b and hash(a) == hash(b) and a != c
     assert a.element([0, 3, 2, 1]) == b.element([0, 3, 2, 1])
-    assert b.element(a.element([2, 3, 0, 1])) == b.element([2, 3, 0, 1])  # an element of an equal group
+    assert b.element(a.element([2, 3, 0, 1])) == b.element(
+        [2, 3, 0, 1]
+    )  # an element of an equal group
     with pytest.raises(GroupError, match="expected an element of"):
         c.element(a.element([3, 2, 1, 0]))
     cycle = _graph_group("cycle100")
@@ -516,21 +565,51 @@ _PRIVATE = re.compile(r"(?<![\w.])_[A-Za-z]\w*")
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: DirectProduct(CyclicGroup(2), "C2"), "DirectProduct: expected the second factor as a Group, got 'C2'"),
-        (lambda: DirectProduct(3, CyclicGroup(2)), "DirectProduct: expected the first factor as a Group"),
-        (lambda: SemidirectProduct(CyclicGroup(5), 2, lambda h, n: n), "SemidirectProduct: expected the acting group"),
-        (lambda: SemidirectProduct(CyclicGroup(5), CyclicGroup(2), "phi"), "expected the automorphism as a callable"),
+        (
+            lambda: DirectProduct(CyclicGroup(2), "C2"),
+            "DirectProduct: expected the second factor as a Group, got 'C2'",
+        ),
+        (
+            lambda: DirectProduct(3, CyclicGroup(2)),
+            "DirectProduct: expected the first factor as a Group",
+        ),
+        (
+            lambda: SemidirectProduct(CyclicGroup(5), 2, lambda h, n: n),
+            "SemidirectProduct: expected the acting group",
+        ),
+        (
+            lambda: SemidirectProduct(CyclicGroup(5), CyclicGroup(2), "phi"),
+            "expected the automorphism as a callable",
+        ),
         (lambda: RotoTranslationGroup(p4(4)), r"expected a point group.*RotoTranslationGroup"),
-        (lambda: RotoTranslationGroup(DirectProduct(p4(2), CyclicGroup(2))), "expected a point group"),
-        (lambda: PermutationGroup(CyclicGroup(4)), "PermutationGroup: expected generator permutations"),
-        (lambda: PermutationGroup([CyclicGroup(4)]), "expected a permutation as a sequence of ints"),
+        (
+            lambda: RotoTranslationGroup(DirectProduct(p4(2), CyclicGroup(2))),
+            "expected a point group",
+        ),
+        (
+            lambda: PermutationGroup(CyclicGroup(4)),
+            "PermutationGroup: expected generator permutations",
+        ),
+        (
+            lambda: PermutationGroup([CyclicGroup(4)]),
+            "expected a permutation as a sequence of ints",
+        ),
         (lambda: SymmetricGroup("3"), "SymmetricGroup: expected n >= 1, got '3'"),
         (lambda: graph_automorphism_group(p4(4)), "expected a networkx graph, got the group p4"),
-        (lambda: graph_automorphism_group(object()), "expected a networkx graph, got an instance of object"),
+        (
+            lambda: graph_automorphism_group(object()),
+            "expected a networkx graph, got an instance of object",
+        ),
         (lambda: group_from_name(3, (4, 4)), "group_from_name: expected a group name"),
         (lambda: check_group_axioms("C4"), "check_group_axioms: expected a Group, got 'C4'"),
-        (lambda: integer_matrix(p4(4), 1), r"integer_matrix: expected a point group .*RotoTranslationGroup"),
-        (lambda: real_matrix(SymmetricGroup(3), 1), r"real_matrix: expected a point group .*SymmetricGroup"),
+        (
+            lambda: integer_matrix(p4(4), 1),
+            r"integer_matrix: expected a point group .*RotoTranslationGroup",
+        ),
+        (
+            lambda: real_matrix(SymmetricGroup(3), 1),
+            r"real_matrix: expected a point group .*SymmetricGroup",
+        ),
     ],
 )
 def test_wrong_group_types_raise_without_private_names(make: Any, message: str) -> None:

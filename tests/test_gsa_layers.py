@@ -64,20 +64,42 @@ LAYER_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("layer", "pg", "neighbourhood", "encoding", "query_position"), LAYER_CASES)
-def test_layers_are_equivariant(layer: str, pg: str, neighbourhood: int | None, encoding: str, query_position: bool) -> None:
+@pytest.mark.parametrize(
+    ("layer", "pg", "neighbourhood", "encoding", "query_position"), LAYER_CASES
+)
+def test_layers_are_equivariant(
+    layer: str, pg: str, neighbourhood: int | None, encoding: str, query_position: bool
+) -> None:
     cls = LiftingSelfAttention if layer == "lifting" else GroupSelfAttention
     channels = 3
     module = cls(
-        channels, 4, pg, num_heads=2, neighbourhood=neighbourhood, encoding=encoding, size=SIZE,
+        channels,
+        4,
+        pg,
+        num_heads=2,
+        neighbourhood=neighbourhood,
+        encoding=encoding,
+        size=SIZE,
         query_position=query_position,
     ).double()
     _randomise_encoding(module)
     point_group = module.point_group
-    shape = (2, channels, SIZE, SIZE) if layer == "lifting" else (2, channels, point_group.order(), SIZE, SIZE)
+    shape = (
+        (2, channels, SIZE, SIZE)
+        if layer == "lifting"
+        else (2, channels, point_group.order(), SIZE, SIZE)
+    )
     x = torch.randn(shape, dtype=torch.float64)
-    for group in (point_group, p4(SIZE) if pg == "C4" else p4m(SIZE), TorusTranslations(SIZE, SIZE)):
-        elements = _elements(group) if not isinstance(group, TorusTranslations) else group.sample(5, seed=1)
+    for group in (
+        point_group,
+        p4(SIZE) if pg == "C4" else p4m(SIZE),
+        TorusTranslations(SIZE, SIZE),
+    ):
+        elements = (
+            _elements(group)
+            if not isinstance(group, TorusTranslations)
+            else group.sample(5, seed=1)
+        )
         assert_equivariant(module, x, group, elements=elements)
 
 
@@ -91,7 +113,9 @@ def test_float32_tolerance_and_odd_grid() -> None:
 
 @pytest.mark.parametrize("pg", ["C1", "C2", "D2"])
 def test_small_point_groups_on_non_square_grids(pg: str) -> None:
-    module = _randomise_encoding(GroupSelfAttention(3, 3, pg, num_heads=1, neighbourhood=3)).double()
+    module = _randomise_encoding(
+        GroupSelfAttention(3, 3, pg, num_heads=1, neighbourhood=3)
+    ).double()
     lift = _randomise_encoding(LiftingSelfAttention(2, 3, pg, num_heads=1)).double()
     point_group = module.point_group
     x = torch.randn(2, 2, 4, 6, dtype=torch.float64)
@@ -109,7 +133,9 @@ def test_small_point_groups_on_non_square_grids(pg: str) -> None:
     heads=st.integers(1, 3),
     seed=st.integers(0, 2**16),
 )
-def test_group_layer_equivariance_property(pg: str, size: int, neighbourhood: int | None, heads: int, seed: int) -> None:
+def test_group_layer_equivariance_property(
+    pg: str, size: int, neighbourhood: int | None, heads: int, seed: int
+) -> None:
     torch.manual_seed(seed)
     module = _randomise_encoding(
         GroupSelfAttention(2, 3, pg, num_heads=heads, head_channels=2, neighbourhood=neighbourhood)
@@ -149,7 +175,9 @@ class _PublishedGroupEncoding(GroupSelfAttention):
         shape[0], shape[-1 if self.neighbourhood is not None else 2] = order, order
         out_slice = torch.arange(order).reshape([order] + [1] * (spatial.dim() - 1))
         key = torch.arange(order).reshape(
-            [1] * (spatial.dim() - 1) + [order] if self.neighbourhood is not None else [1, 1, order, 1]
+            [1] * (spatial.dim() - 1) + [order]
+            if self.neighbourhood is not None
+            else [1, 1, order, 1]
         )
         group_part = key if self.mode == "key" else (key - out_slice) % order
         return dataclasses.replace(geometry, index=spatial * order + group_part.expand_as(spatial))
@@ -158,7 +186,9 @@ class _PublishedGroupEncoding(GroupSelfAttention):
 @pytest.mark.parametrize("neighbourhood", [None, 3], ids=["global", "local"])
 def test_published_gsa_group_encoding_is_caught(neighbourhood: int | None) -> None:
     group = p4(SIZE)
-    flawed = _randomise_encoding(_PublishedGroupEncoding(3, 3, "C4", num_heads=1, neighbourhood=neighbourhood)).double()
+    flawed = _randomise_encoding(
+        _PublishedGroupEncoding(3, 3, "C4", num_heads=1, neighbourhood=neighbourhood)
+    ).double()
     ours = GroupSelfAttention(3, 3, "C4", num_heads=1, neighbourhood=neighbourhood).double()
     ours.load_state_dict(flawed.state_dict())
     x = torch.randn(2, 3, 4, SIZE, SIZE, dtype=torch.float64)
@@ -175,10 +205,14 @@ def test_published_gsa_group_encoding_is_caught(neighbourhood: int | None) -> No
 def test_index_difference_encoding_breaks_only_for_reflections() -> None:
     x4 = torch.randn(1, 2, 4, SIZE, SIZE, dtype=torch.float64)
     x8 = torch.randn(1, 2, 8, SIZE, SIZE, dtype=torch.float64)
-    c4 = _randomise_encoding(_PublishedGroupEncoding(2, 2, "C4", num_heads=1, neighbourhood=3)).double()
+    c4 = _randomise_encoding(
+        _PublishedGroupEncoding(2, 2, "C4", num_heads=1, neighbourhood=3)
+    ).double()
     c4.mode = "difference"
     assert_equivariant(c4, x4, CyclicGroup(4))  # k − h is h⁻¹k in an abelian group
-    d4 = _randomise_encoding(_PublishedGroupEncoding(2, 2, "D4", num_heads=1, neighbourhood=3)).double()
+    d4 = _randomise_encoding(
+        _PublishedGroupEncoding(2, 2, "D4", num_heads=1, neighbourhood=3)
+    ).double()
     d4.mode = "difference"
     with pytest.raises(AssertionError, match="not equivariant"):
         assert_equivariant(d4, x8, DihedralGroup(4))
@@ -192,14 +226,19 @@ WEIGHTS = [1.0, -0.7, 0.8]
 # measured (float64, seed 0, 17x17 grid): see docs and the report; bounds are ~2x.
 FINE_BOUNDS = {  # (n, rotation steps, neighbourhood): (centre-pixel bound, disc bound)
     (8, 1, None): (0.01, 0.005),
-    (8, 1, 5): (0.06, 0.08),  # local bounds measured with q/k/v biases (constant keys off the blobs)
+    (8, 1, 5): (
+        0.06,
+        0.08,
+    ),  # local bounds measured with q/k/v biases (constant keys off the blobs)
     (16, 1, None): (0.01, 0.005),
     (16, 2, None): (0.01, 0.005),
     (16, 1, 5): (0.1, 0.12),
 }
 
 
-def fine_rotation_errors(n: int, steps: int, neighbourhood: int | None, size: int = 17) -> tuple[float, float, float]:
+def fine_rotation_errors(
+    n: int, steps: int, neighbourhood: int | None, size: int = 17
+) -> tuple[float, float, float]:
     """Errors of lift → group attention with C_n under a rotation by ``2π steps / n``.
 
     A smooth input (sum of Gaussians) and its exactly rotated version are sampled
@@ -210,8 +249,12 @@ def fine_rotation_errors(n: int, steps: int, neighbourhood: int | None, size: in
     """
     torch.manual_seed(0)
     group = CyclicGroup(n)
-    lift = _randomise_encoding(LiftingSelfAttention(1, 4, group, num_heads=2, neighbourhood=neighbourhood)).double()
-    attn = _randomise_encoding(GroupSelfAttention(4, 4, group, num_heads=2, neighbourhood=neighbourhood)).double()
+    lift = _randomise_encoding(
+        LiftingSelfAttention(1, 4, group, num_heads=2, neighbourhood=neighbourhood)
+    ).double()
+    attn = _randomise_encoding(
+        GroupSelfAttention(4, 4, group, num_heads=2, neighbourhood=neighbourhood)
+    ).double()
     angle = 2 * math.pi * steps / n
     image = gaussian_mixture_image(size, CENTERS, WIDTHS, WEIGHTS)
     rotated = gaussian_mixture_image(size, CENTERS, WIDTHS, WEIGHTS, angle=angle)
@@ -230,7 +273,9 @@ def fine_rotation_errors(n: int, steps: int, neighbourhood: int | None, size: in
 
 
 @pytest.mark.parametrize(("n", "steps", "neighbourhood"), list(FINE_BOUNDS))
-def test_finer_rotations_are_approximately_equivariant(n: int, steps: int, neighbourhood: int | None) -> None:
+def test_finer_rotations_are_approximately_equivariant(
+    n: int, steps: int, neighbourhood: int | None
+) -> None:
     centre, field, interp = fine_rotation_errors(n, steps, neighbourhood)
     centre_bound, disc_bound = FINE_BOUNDS[(n, steps, neighbourhood)]
     assert centre < centre_bound and field < disc_bound
@@ -256,6 +301,7 @@ def test_trivial_point_group_breaks_rotations() -> None:
     contract = lift.contract(p4(SIZE))
     assert contract.kind == Status.BROKEN and "not C4-invariant" in (contract.reason or "")
     x = torch.randn(2, 1, SIZE, SIZE, dtype=torch.float64)
+
     # a C1 lifting layer is not rotation-equivariant: measure with the types it would need
     def squeezed(z: torch.Tensor) -> torch.Tensor:
         return lift(z)[:, :, 0]
@@ -289,7 +335,9 @@ def test_blocks_are_equivariant(pg: str) -> None:
         module = module.double()
         assert_equivariant(module, x, point_group)
         assert_equivariant(module, x, full, elements=_elements(full))
-    assert_equivariant(GroupPooling(pg, "max"), x, full, elements=_elements(full), exact=True)  # a permutation
+    assert_equivariant(
+        GroupPooling(pg, "max"), x, full, elements=_elements(full), exact=True
+    )  # a permutation
 
 
 @pytest.mark.parametrize(("kernel", "bias"), [(None, True), (4, False), (6, True)])
@@ -301,7 +349,9 @@ def test_lifted_patch_embedding_and_pooling(pg: str, kernel: int | None, bias: b
     x = torch.randn(2, 2, 8, 8, dtype=torch.float64)
     assert_equivariant(embed, x, point_group, elements=list(point_group.elements()))
     with torch.no_grad():  # translations by whole patches shift the patch grid (output_group)
-        assert torch.allclose(embed(torch.roll(x, (2, 6), (-2, -1))), torch.roll(embed(x), (1, 3), (-2, -1)))
+        assert torch.allclose(
+            embed(torch.roll(x, (2, 6), (-2, -1))), torch.roll(embed(x), (1, 3), (-2, -1))
+        )
     contract = embed.contract(TorusTranslations(4, 4, stride=2))
     assert contract.kind == Status.EQUIVARIANT and contract.output_group == TorusTranslations(4, 4)
     assert embed.contract(TorusTranslations(8, 8)).kind == Status.BROKEN
@@ -310,14 +360,18 @@ def test_lifted_patch_embedding_and_pooling(pg: str, kernel: int | None, bias: b
     y = torch.randn(2, 3, point_group.order(), 8, 8, dtype=torch.float64)
     assert_equivariant(pool, y, point_group)
     with torch.no_grad():
-        assert torch.allclose(pool(torch.roll(y, (2, 4), (-2, -1))), torch.roll(pool(y), (1, 2), (-2, -1)))
+        assert torch.allclose(
+            pool(torch.roll(y, (2, 4), (-2, -1))), torch.roll(pool(y), (1, 2), (-2, -1))
+        )
     assert pool.contract(TorusTranslations(4, 4, stride=2)).output_group == TorusTranslations(4, 4)
     assert pool.contract(TorusTranslations(8, 8)).kind == Status.BROKEN
     # the breaks are real: a one-pixel shift is not equivariant
     with torch.no_grad():
         shifted, out = pool(torch.roll(y, 1, -1)), pool(y)
     assert all(
-        (shifted - torch.roll(out, (a, b), (-2, -1))).abs().max() > 1e-3 for a in range(4) for b in range(4)
+        (shifted - torch.roll(out, (a, b), (-2, -1))).abs().max() > 1e-3
+        for a in range(4)
+        for b in range(4)
     )
 
 
@@ -326,7 +380,9 @@ def test_lifted_patch_embedding_and_pooling(pg: str, kernel: int | None, bias: b
 
 def test_bad_inputs_raise_clear_errors() -> None:
     lift = LiftingSelfAttention(2, 4, "C4", num_heads=2)
-    with pytest.raises(GroupError, match=r"LiftingSelfAttention: expected a square grid .* got 6x8"):
+    with pytest.raises(
+        GroupError, match=r"LiftingSelfAttention: expected a square grid .* got 6x8"
+    ):
         lift(torch.randn(1, 2, 6, 8))
     with pytest.raises(GroupError, match="expected an image batch"):
         lift(torch.randn(1, 3, 6, 6))
@@ -339,7 +395,9 @@ def test_bad_inputs_raise_clear_errors() -> None:
         local(torch.randn(1, 4, 8, 9, 9))
     with pytest.raises(GroupError, match="divisible by num_heads"):
         GroupSelfAttention(20, 20, "C4", num_heads=9)
-    GroupSelfAttention(20, 20, "C4", num_heads=9, head_channels=3)  # a per-head width needs no divisibility
+    GroupSelfAttention(
+        20, 20, "C4", num_heads=9, head_dim=3
+    )  # a per-head width needs no divisibility
     with pytest.raises(GroupError, match="encoding 'table' or 'continuous'"):
         GroupSelfAttention(4, 4, "C4", encoding="sinusoidal")
     with pytest.raises(GroupError, match="like 'C4'"):
@@ -351,7 +409,9 @@ def test_bad_inputs_raise_clear_errors() -> None:
 
 
 def test_backward_reaches_every_parameter() -> None:
-    module = GroupSelfAttention(3, 3, "C4", num_heads=1, neighbourhood=3, encoding="table", query_position=True)
+    module = GroupSelfAttention(
+        3, 3, "C4", num_heads=1, neighbourhood=3, encoding="table", query_position=True
+    )
     module(torch.randn(2, 3, 4, 5, 5)).square().mean().backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in module.parameters())
 
@@ -377,7 +437,11 @@ def test_eval_bias_cache_follows_parameter_updates() -> None:
     [
         (GroupSelfAttention, (2, 3, 4, 5, 5), {"neighbourhood": None}),
         (GroupSelfAttention, (2, 3, 4, 6, 6), {"neighbourhood": 3, "query_position": True}),
-        (LiftingSelfAttention, (2, 3, 6, 6), {"query_position": True, "encoding": "table", "size": 6}),
+        (
+            LiftingSelfAttention,
+            (2, 3, 6, 6),
+            {"query_position": True, "encoding": "table", "size": 6},
+        ),
     ],
 )
 def test_chunked_bias_gradient_matches_autograd(
@@ -406,7 +470,9 @@ def test_chunked_bias_gradient_matches_autograd(
 
 
 def test_subgroups_act_through_the_larger_point_group() -> None:
-    d4_layer = _randomise_encoding(GroupSelfAttention(2, 2, "D4", num_heads=1, neighbourhood=3)).double()
+    d4_layer = _randomise_encoding(
+        GroupSelfAttention(2, 2, "D4", num_heads=1, neighbourhood=3)
+    ).double()
     x = torch.randn(1, 2, 8, SIZE, SIZE, dtype=torch.float64)
     assert d4_layer.contract(p4(SIZE)).kind == Status.EQUIVARIANT
     assert_equivariant(d4_layer, x, p4(SIZE), elements=_elements(p4(SIZE))[:5])  # C4 ⊂ D4
@@ -425,7 +491,9 @@ def test_symmetric_stem_is_equivariant(point_group: PointGroup, dilation: int) -
     assert stem.contract(point_group).kind == Status.EQUIVARIANT
     assert_equivariant(stem, x, point_group, elements=point_group.elements())
     group = p4m(8) if isinstance(point_group, DihedralGroup) else p4(8)
-    assert_equivariant(stem, x, group, elements=[*group.sample(3, seed=1), group.translation((3, 5))])
+    assert_equivariant(
+        stem, x, group, elements=[*group.sample(3, seed=1), group.translation((3, 5))]
+    )
 
 
 def test_unconstrained_stem_breaks_rotations_only() -> None:
@@ -434,7 +502,9 @@ def test_unconstrained_stem_breaks_rotations_only() -> None:
     assert stem.contract(CyclicGroup(4)).kind == Status.BROKEN
     assert stem.contract(TorusTranslations(8, 8)).kind == Status.EQUIVARIANT
     assert_equivariant(stem, x, TorusTranslations(8, 8), elements=[(1, 2), (5, 3)])
-    report = equivariance_error(stem, x, CyclicGroup(4), elements=[1], input_type=GridField(), output_type=GridField())
+    report = equivariance_error(
+        stem, x, CyclicGroup(4), elements=[1], input_type=GridField(), output_type=GridField()
+    )
     assert report.max_error > 1e-3
 
 
@@ -453,12 +523,16 @@ def test_stem_and_global_pool_errors() -> None:
 def test_global_pool_spatial_modes_are_invariant(spatial: str) -> None:
     pool = GroupGlobalPool("C4", "max", spatial=spatial)
     x = torch.randn(2, 3, 4, 6, 6, dtype=torch.float64)
-    assert_equivariant(pool, x, p4(6), elements=[*p4(6).sample(3, seed=2), p4(6).translation((1, 4))])
+    assert_equivariant(
+        pool, x, p4(6), elements=[*p4(6).sample(3, seed=2), p4(6).translation((1, 4))]
+    )
 
 
 @pytest.mark.parametrize("kernel", [1, 3, 5])
 def test_lifted_patch_embedding_refuses_an_off_centre_window(kernel: int) -> None:
     """A window smaller than the patch, or one that cannot be centred on it, would not
     move with the rotations: refused at construction with the module's name."""
-    with pytest.raises(GroupError, match="LiftedPatchEmbedding: expected a kernel size >= the patch size 2"):
+    with pytest.raises(
+        GroupError, match="LiftedPatchEmbedding: expected a kernel size >= the patch size 2"
+    ):
         LiftedPatchEmbedding(1, 2, 2, "C4", kernel_size=kernel)

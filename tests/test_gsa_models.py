@@ -24,7 +24,9 @@ def _gsa_elements(group: Group) -> list:
 def test_registry_entries() -> None:
     assert {"gsa", "group_vit"} <= set(list_models())
     assert get_spec("gsa").group == "p4" and get_spec("group_vit").group == "c4"
-    assert isinstance(create("gsa"), GSANet) and isinstance(create("group_vit", equivariant=False), GroupViT)
+    assert isinstance(create("gsa"), GSANet) and isinstance(
+        create("group_vit", equivariant=False), GroupViT
+    )
 
 
 @pytest.mark.parametrize("point_group", ["C4", "D4"])
@@ -38,7 +40,9 @@ def test_gsa_logits_are_invariant(point_group: str) -> None:
 
 
 def test_gsa_float32_and_table_variant() -> None:
-    model = create("gsa", encoding="table", neighbourhood=None, image_size=8, channels=4, query_position=True).eval()
+    model = create(
+        "gsa", encoding="table", neighbourhood=None, image_size=8, channels=4, query_position=True
+    ).eval()
     x = torch.randn(2, 1, 8, 8)
     assert_equivariant(model, x, p4(8), elements=_gsa_elements(p4(8)))
 
@@ -47,10 +51,18 @@ def test_gsa_z2_baseline_breaks_rotations_only() -> None:
     baseline = create("gsa", equivariant=False).double().eval()
     contract = baseline.contract(p4(SIZE))
     assert contract.kind == Status.BROKEN
-    assert (contract.reason or "").startswith("z2 baseline: positional encoding is not rotation-invariant")
+    assert (contract.reason or "").startswith(
+        "z2 baseline: positional encoding is not rotation-invariant"
+    )
     x = torch.randn(2, 1, SIZE, SIZE, dtype=torch.float64)
-    report = equivariance_error(baseline, x, p4(SIZE), elements=[p4(SIZE).point(1)],
-                                input_type=GridField(), output_type=InvariantField())
+    report = equivariance_error(
+        baseline,
+        x,
+        p4(SIZE),
+        elements=[p4(SIZE).point(1)],
+        input_type=GridField(),
+        output_type=InvariantField(),
+    )
     assert report.max_error > 1e-4
     assert_equivariant(baseline, x, TorusTranslations(SIZE, SIZE), elements=[(3, 5), (17, 1)])
 
@@ -65,7 +77,9 @@ def test_group_vit_logits_are_invariant(point_group: str) -> None:
     # translations by whole patches (4 pixels) leave the logits unchanged
     with torch.no_grad():
         y = model(x)
-        assert torch.allclose(model(torch.roll(x, (4, 12), (-2, -1))), y, rtol=0, atol=1e-10 * y.abs().max())
+        assert torch.allclose(
+            model(torch.roll(x, (4, 12), (-2, -1))), y, rtol=0, atol=1e-10 * y.abs().max()
+        )
     assert model.contract(TorusTranslations(8, 8, stride=4)).kind == Status.INVARIANT
     broken = model.contract(p4(SIZE))
     assert broken.kind == Status.BROKEN and "patch grid" in (broken.reason or "")
@@ -75,18 +89,28 @@ def test_plain_vit_baseline_breaks_rotations() -> None:
     baseline = create("group_vit", equivariant=False).double().eval()
     contract = baseline.contract(CyclicGroup(4))
     assert contract.kind == Status.BROKEN
-    assert (contract.reason or "").startswith("plain ViT baseline: absolute positional encoding is not rotation")
+    assert (contract.reason or "").startswith(
+        "plain ViT baseline: absolute positional encoding is not rotation"
+    )
     x = torch.randn(2, 1, SIZE, SIZE, dtype=torch.float64)
-    report = equivariance_error(baseline, x, CyclicGroup(4), input_type=GridField(), output_type=InvariantField())
+    report = equivariance_error(
+        baseline, x, CyclicGroup(4), input_type=GridField(), output_type=InvariantField()
+    )
     assert report.max_error > 1e-4
 
 
 @pytest.mark.parametrize(
     ("name", "kwargs", "group"),
-    [("gsa", {}, "p4"), ("gsa", {"point_group": "D4"}, "p4m"), ("group_vit", {}, "c4"),
-     ("group_vit", {"point_group": "D4"}, "d4")],
+    [
+        ("gsa", {}, "p4"),
+        ("gsa", {"point_group": "D4"}, "p4m"),
+        ("group_vit", {}, "c4"),
+        ("group_vit", {"point_group": "D4"}, "d4"),
+    ],
 )
-def test_checker_certifies_models_and_names_the_baseline_break(name: str, kwargs: dict, group: str) -> None:
+def test_checker_certifies_models_and_names_the_baseline_break(
+    name: str, kwargs: dict, group: str
+) -> None:
     x = torch.randn(2, 1, SIZE, SIZE)
     assert certify(create(name, **kwargs), x, group).verdict == Status.INVARIANT
     broken = certify(create(name, equivariant=False, **kwargs), x, group)
@@ -100,7 +124,9 @@ def test_gsa_p4m_invariance_property(seed: int, element: int) -> None:
     model = GSANet(point_group="D4", channels=4, num_heads=1, image_size=8).double().eval()
     x = torch.randn(1, 1, 8, 8, dtype=torch.float64)
     group = p4m(8)
-    assert_equivariant(model, x, group, elements=[group.point(element), group.sample(1, seed=seed)[0]])
+    assert_equivariant(
+        model, x, group, elements=[group.point(element), group.sample(1, seed=seed)[0]]
+    )
 
 
 def test_models_train_one_step() -> None:
@@ -112,8 +138,12 @@ def test_models_train_one_step() -> None:
         assert all(p.grad is not None for p in model.parameters())
 
 
-@pytest.mark.parametrize(("equivariant", "digits", "steps", "bound"), [(False, 32, 30, 1.5), (True, 8, 20, 1.6)])
-def test_gsa_can_overfit_a_small_batch(equivariant: bool, digits: int, steps: int, bound: float) -> None:
+@pytest.mark.parametrize(
+    ("equivariant", "digits", "steps", "bound"), [(False, 32, 30, 1.5), (True, 8, 20, 1.6)]
+)
+def test_gsa_can_overfit_a_small_batch(
+    equivariant: bool, digits: int, steps: int, bound: float
+) -> None:
     """Regression test for trainability: the default GSA-Net fits a few digits quickly.
 
     Before the stem and max pooling, the lifted features of a one-channel image were
@@ -149,16 +179,25 @@ def test_gsa_lift_skip_variants_and_a_breaking_skip() -> None:
         assert model.contract(group).kind == Status.INVARIANT
         assert_equivariant(model, x, group.point_group)  # every element of C4
         assert_equivariant(model, x, group, elements=_gsa_elements(group))
-    with pytest.raises(GroupError, match="GSANet: expected lift_skip 'convolution' or 'pointwise', got 'none'"):
+    with pytest.raises(
+        GroupError, match="GSANet: expected lift_skip 'convolution' or 'pointwise', got 'none'"
+    ):
         GSANet(lift_skip="none")
     model = GSANet(channels=4, num_heads=1, image_size=8).double().eval()
     model.skip = LiftingConvolution(16, 4, 3, "C1").double()  # unrotated kernels beside a C4 lift
     contract = model.contract(group)
-    assert contract.kind == Status.BROKEN and "skip: LiftingConvolution: kernels are only rotated by C1" in (
-        contract.reason or ""
+    assert (
+        contract.kind == Status.BROKEN
+        and "skip: LiftingConvolution: kernels are only rotated by C1" in (contract.reason or "")
     )
-    report = equivariance_error(model, x, group, elements=[group.point(1)], input_type=GridField(),
-                                output_type=InvariantField())
+    report = equivariance_error(
+        model,
+        x,
+        group,
+        elements=[group.point(1)],
+        input_type=GridField(),
+        output_type=InvariantField(),
+    )
     assert report.max_error > 1e-4  # and the break is real
 
 
@@ -166,7 +205,9 @@ def test_gsa_lift_skip_variants_and_a_breaking_skip() -> None:
 def test_gsa_with_anchored_downsampling_stays_exactly_invariant(point_group: str) -> None:
     # 16x16: on an 8x8 torus the stem's widest windows wrap around and cover a pixel
     # twice, and the checker leaves such windows unverified
-    model = GSANet(point_group=point_group, channels=4, num_heads=1, image_size=16, downsample=2, depth=1)
+    model = GSANet(
+        point_group=point_group, channels=4, num_heads=1, image_size=16, downsample=2, depth=1
+    )
     model = model.double().eval()
     group = p4(16) if point_group == "C4" else p4m(16)
     assert model.contract(group).kind == Status.INVARIANT

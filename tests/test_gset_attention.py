@@ -72,8 +72,12 @@ DIM, HEADS = 8, 2
 
 # ----------------------------------------------------------------------------- structures
 def _hexagon(radius: int) -> tuple[list[int], list[int]]:
-    cells = sorted((q, r, -q - r) for q in range(-radius, radius + 1) for r in range(-radius, radius + 1)
-                   if abs(q + r) <= radius)
+    cells = sorted(
+        (q, r, -q - r)
+        for q in range(-radius, radius + 1)
+        for r in range(-radius, radius + 1)
+        if abs(q + r) <= radius
+    )
     index = {c: i for i, c in enumerate(cells)}
     return [index[(-r, -s, -q)] for q, r, s in cells], [index[(q, s, r)] for q, r, s in cells]
 
@@ -111,7 +115,10 @@ def _directions(group: PermutationGroup) -> Representation:
 
 def _rotation(k: int) -> torch.Tensor:
     angle = 2 * math.pi * k / 6
-    return torch.tensor([[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]], dtype=torch.float64)
+    return torch.tensor(
+        [[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]],
+        dtype=torch.float64,
+    )
 
 
 @dataclass
@@ -172,8 +179,22 @@ def _build(name: str) -> Structure:
     raise KeyError(name)
 
 
-NAMES = ["S10", "S50", "petersen", "grid-graph", "hex7-C6", "hex7-D6", "hex19-C6", "hex19-D6",
-         "ring16", "cylinder", "klein", "values-C6", "values-D6", "values-rot"]
+NAMES = [
+    "S10",
+    "S50",
+    "petersen",
+    "grid-graph",
+    "hex7-C6",
+    "hex7-D6",
+    "hex19-C6",
+    "hex19-D6",
+    "ring16",
+    "cylinder",
+    "klein",
+    "values-C6",
+    "values-D6",
+    "values-rot",
+]
 
 
 @cache
@@ -186,7 +207,10 @@ def sample_elements(group: Group, count: int, seed: int) -> list[GroupElement]:
     gen = torch.Generator().manual_seed(seed)
     out = list(group.generators())
     if isinstance(group, SymmetricGroup):
-        out += [GroupElement(group, tuple(torch.randperm(group.n, generator=gen).tolist())) for _ in range(count)]
+        out += [
+            GroupElement(group, tuple(torch.randperm(group.n, generator=gen).tolist()))
+            for _ in range(count)
+        ]
         return out
     gens = group.generators()
     for _ in range(count):
@@ -208,13 +232,19 @@ def elements_of(name: str) -> list[GroupElement]:
 def model_for(name: str, dtype: torch.dtype, bias: str = "orbital", seed: int = 0) -> nn.Module:
     s = structure(name)
     torch.manual_seed(seed)
-    layer = OrbitalAttention(s.dim, HEADS, s.gset, bias=bias, channels=s.channels, bias_init_std=1.0)
+    layer = OrbitalAttention(
+        s.dim, HEADS, s.gset, bias=bias, channels=s.channels, bias_init_std=1.0
+    )
     module: nn.Module = layer if s.channels is not None else TransformerBlock(s.dim, layer)
     return module.to(dtype)
 
 
-def oracle_error(fn: Callable[[torch.Tensor], torch.Tensor], s: Structure, x: torch.Tensor,
-                 elements: list[GroupElement]) -> float:
+def oracle_error(
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    s: Structure,
+    x: torch.Tensor,
+    elements: list[GroupElement],
+) -> float:
     """Max over elements of ``‖f(g·x) − g·f(x)‖ / ‖g·f(x)‖`` with ``g·`` written by hand in float64.
 
     ``(g·x)[:, perm[i]] = ρ(g) x[:, i]``, ``perm`` the G-set's permutation, ``ρ`` the channel matrix.
@@ -236,14 +266,19 @@ def oracle_error(fn: Callable[[torch.Tensor], torch.Tensor], s: Structure, x: to
 
 # ----------------------------------------------------------------------------- every structure, every element
 @pytest.mark.parametrize("name", NAMES)
-def test_orbital_attention_is_equivariant_on_every_structure(name: str, float_dtype: torch.dtype) -> None:
+def test_orbital_attention_is_equivariant_on_every_structure(
+    name: str, float_dtype: torch.dtype
+) -> None:
     s = structure(name)
     model = model_for(name, float_dtype)
     x = torch.randn(2, s.gset.num_points, s.dim, dtype=float_dtype)
     elements = elements_of(name)
     tol = default_tolerance(float_dtype)
     contract = model.contract(s.group)  # type: ignore[operator]
-    assert contract.kind == Status.EQUIVARIANT and contract.input_type == contract.output_type == s.field
+    assert (
+        contract.kind == Status.EQUIVARIANT
+        and contract.input_type == contract.output_type == s.field
+    )
     report = assert_equivariant(model, x, s.group, elements=elements)
     assert len(report.errors) == len(set(elements))
     assert oracle_error(model, s, x, elements) <= tol
@@ -280,14 +315,26 @@ def test_shortest_path_distance_bias(name: str, float_dtype: torch.dtype) -> Non
 
 
 def test_orbital_counts() -> None:
-    counts = {name: structure(name).gset.num_orbitals() for name in NAMES if not name.startswith("values")}
+    counts = {
+        name: structure(name).gset.num_orbitals() for name in NAMES if not name.startswith("values")
+    }
     assert counts["S10"] == counts["S50"] == 2
     assert counts["petersen"] == 3 and counts["grid-graph"] == 15
     assert (counts["hex7-C6"], counts["hex7-D6"]) == (9, 7)
     assert counts["ring16"] == 16 and counts["cylinder"] == 20 and counts["klein"] == 4
-    for name in ["petersen", "grid-graph", "hex7-D6", "hex19-C6", "cylinder", "klein"]:  # Burnside: mean of fix(g)²
+    for name in [
+        "petersen",
+        "grid-graph",
+        "hex7-D6",
+        "hex19-C6",
+        "cylinder",
+        "klein",
+    ]:  # Burnside: mean of fix(g)²
         s = structure(name)
-        fixed = [int((s.gset.permutation(g) == torch.arange(s.gset.num_points)).sum()) ** 2 for g in elements_of(name)]
+        fixed = [
+            int((s.gset.permutation(g) == torch.arange(s.gset.num_points)).sum()) ** 2
+            for g in elements_of(name)
+        ]
         assert counts[name] == sum(fixed) // len(fixed)
 
 
@@ -295,17 +342,26 @@ def test_orbital_counts() -> None:
 @settings(max_examples=20)
 @given(data=st.data())
 def test_gset_field_action_is_an_exact_permutation(data: st.DataObject) -> None:
-    name = data.draw(st.sampled_from(["S10", "petersen", "hex19-D6", "ring16", "cylinder", "klein", "values-C6"]))
+    name = data.draw(
+        st.sampled_from(["S10", "petersen", "hex19-D6", "ring16", "cylinder", "klein", "values-C6"])
+    )
     s = structure(name)
     field = s.field
     b = data.draw(st.integers(1, 3))
     c = s.dim if s.channels is not None else data.draw(st.integers(1, 5))
-    g, h = data.draw(st.sampled_from(elements_of(name))), data.draw(st.sampled_from(elements_of(name)))
-    x = torch.arange(b * s.gset.num_points * c, dtype=torch.float64).reshape(b, s.gset.num_points, c)
+    g, h = (
+        data.draw(st.sampled_from(elements_of(name))),
+        data.draw(st.sampled_from(elements_of(name))),
+    )
+    x = torch.arange(b * s.gset.num_points * c, dtype=torch.float64).reshape(
+        b, s.gset.num_points, c
+    )
     gx = field.act(s.group, g, x)
     # entries are moved, never combined (what the checker reads off a float64 arange)
     assert torch.equal(torch.sort(gx.flatten()).values, x.flatten())
-    assert torch.equal(field.act(s.group, g, field.act(s.group, h, x)), field.act(s.group, g * h, x))
+    assert torch.equal(
+        field.act(s.group, g, field.act(s.group, h, x)), field.act(s.group, g * h, x)
+    )
     assert torch.equal(field.act(s.group, s.group.identity(), x), x)
     if s.channels is None:
         perm = s.gset.permutation(g)
@@ -324,17 +380,26 @@ def test_gset_field_user_subclass_and_direct_product() -> None:
     cylinder = GSetField(GSet(c4c2, 12, _cylinder, name="cylinder"))
     y = torch.arange(12, dtype=torch.float64).reshape(1, 12, 1)
     moved = cylinder.act(c4c2, (1, 1), y)
-    assert moved[0, 5, 0] == 0.0 and moved[0, 4, 0] == 1.0  # token 0 -> 3·1 + 2, token 1 (middle) -> 4
+    assert (
+        moved[0, 5, 0] == 0.0 and moved[0, 4, 0] == 1.0
+    )  # token 0 -> 3·1 + 2, token 1 (middle) -> 4
     for g, h in itertools.product(c4c2.elements(), repeat=2):  # type: ignore[attr-defined]
-        assert torch.equal(cylinder.act(c4c2, g, cylinder.act(c4c2, h, y)), cylinder.act(c4c2, g * h, y))
+        assert torch.equal(
+            cylinder.act(c4c2, g, cylinder.act(c4c2, h, y)), cylinder.act(c4c2, g * h, y)
+        )
 
 
 def test_gset_field_errors_and_value_semantics() -> None:
     s = structure("hex7-D6")
     field = GSetField(s.gset)
-    with pytest.raises(GroupError, match=r"GSetField: expected tokens \(B, N=7, C\) of hex7-D6 on points, got a tensor of shape \(1, 6, 2\)"):
+    with pytest.raises(
+        GroupError,
+        match=r"GSetField: expected tokens \(B, N=7, C\) of hex7-D6 on points, got a tensor of shape \(1, 6, 2\)",
+    ):
         field.act(s.group, 1, torch.zeros(1, 6, 2))
-    with pytest.raises(GroupError, match=r"GSetField: expected the group of hex7-D6 on points \(hex7-D6\), got C4"):
+    with pytest.raises(
+        GroupError, match=r"GSetField: expected the group of hex7-D6 on points \(hex7-D6\), got C4"
+    ):
         field.act(CyclicGroup(4), 1, torch.zeros(1, 7, 2))
     with pytest.raises(GroupError, match="GSetField: expected a GSet, got 7"):
         GSetField(7)  # type: ignore[arg-type]
@@ -352,13 +417,19 @@ def test_gset_field_errors_and_value_semantics() -> None:
     assert field.describe() == "gset(B,7,C)[hex7-D6 on points]"
     import copy
 
-    assert copy.deepcopy(GSetField(structure("cylinder").gset)) == GSetField(structure("cylinder").gset)
+    assert copy.deepcopy(GSetField(structure("cylinder").gset)) == GSetField(
+        structure("cylinder").gset
+    )
 
 
 def test_set_field_is_the_natural_gset_field() -> None:
     hexagon = PermutationGroup([[1, 2, 3, 4, 5, 0], [0, 5, 4, 3, 2, 1]], name="hexagon")
     field = SetField(6)
-    assert isinstance(field, GSetField) and field.num_points == 6 and field == SetField(6) != SetField(5)
+    assert (
+        isinstance(field, GSetField)
+        and field.num_points == 6
+        and field == SetField(6) != SetField(5)
+    )
     x = torch.randn(2, 6, 3, dtype=torch.float64)
     natural = GSetField(GSet.natural(hexagon))
     for g in hexagon.elements():
@@ -374,7 +445,9 @@ def test_set_field_is_the_natural_gset_field() -> None:
 @settings(max_examples=15)
 @given(data=st.data())
 def test_orbital_bias_is_exactly_invariant(data: st.DataObject) -> None:
-    name = data.draw(st.sampled_from(["S10", "petersen", "grid-graph", "hex19-C6", "cylinder", "klein"]))
+    name = data.draw(
+        st.sampled_from(["S10", "petersen", "grid-graph", "hex19-C6", "cylinder", "klein"])
+    )
     s = structure(name)
     heads = data.draw(st.integers(1, 3))
     torch.manual_seed(data.draw(st.integers(0, 100)))
@@ -382,7 +455,9 @@ def test_orbital_bias_is_exactly_invariant(data: st.DataObject) -> None:
     assert bias.shape == (heads, s.gset.num_points, s.gset.num_points)
     g = data.draw(st.sampled_from(elements_of(name)))
     p = s.gset.permutation(g)
-    assert torch.equal(bias[:, p[:, None], p[None, :]], bias)  # bias[g·i, g·j] = bias[i, j], bit for bit
+    assert torch.equal(
+        bias[:, p[:, None], p[None, :]], bias
+    )  # bias[g·i, g·j] = bias[i, j], bit for bit
 
 
 def test_orbital_bias_is_not_state_and_moves_with_the_module() -> None:
@@ -398,13 +473,13 @@ def test_orbital_bias_is_not_state_and_moves_with_the_module() -> None:
 
 def test_circulant_bias_is_the_torus_case_with_unchanged_numerics() -> None:
     torch.manual_seed(3)
-    circ = CirculantRelativeBias((3, 4), heads=2, prefix=1)
+    circ = CirculantRelativeBias((3, 4), num_heads=2, prefix=1)
     labels = GSet.grid(TorusTranslations(3, 4), 3, 4).orbitals()
     assert torch.equal(circ.orbital_index, labels) and list(circ.state_dict()) == ["table"]
     expected = nn.functional.pad(circ.table[:, labels], (1, 0, 1, 0))
     assert torch.equal(circ(), expected)
     torch.manual_seed(3)
-    orbital = OrbitalBias(GSet.grid(TorusTranslations(3, 4), 3, 4), heads=2)
+    orbital = OrbitalBias(GSet.grid(TorusTranslations(3, 4), 3, 4), num_heads=2)
     assert torch.equal(orbital.table, circ.table) and torch.equal(orbital(), circ()[:, 1:, 1:])
 
 
@@ -412,7 +487,7 @@ def test_group_encoding_bias_is_the_same_gather() -> None:
     from groupattn.positional import OrbitalTableEncoding, gather_pair_table, relative_geometry
 
     torch.manual_seed(0)
-    encoding = OrbitalTableEncoding(CyclicGroup(4), 2, lifting=False, size=4)
+    encoding = OrbitalTableEncoding(CyclicGroup(4), 2, lifting=False, grid=4)
     geometry = relative_geometry(CyclicGroup(4), 4, 4)
     table, _ = encoding(geometry)
     assert table is not None
@@ -424,7 +499,9 @@ def test_group_encoding_bias_is_the_same_gather() -> None:
 def test_orbital_biases_own_their_index_not_the_gsets_cache() -> None:
     """The attack: editing one layer's index in place must reach neither another layer nor the G-set."""
     graph = nx.petersen_graph()
-    gset = GSet.natural(graph_automorphism_group(graph))  # a fresh G-set: its cache is this test's own
+    gset = GSet.natural(
+        graph_automorphism_group(graph)
+    )  # a fresh G-set: its cache is this test's own
     cached = gset.orbitals().clone()
     lengths = dict(nx.all_pairs_shortest_path_length(graph))
     distance = torch.tensor([[float(lengths[u][v]) for v in graph.nodes] for u in graph.nodes])
@@ -434,7 +511,9 @@ def test_orbital_biases_own_their_index_not_the_gsets_cache() -> None:
     before = second(), continuous()
     with torch.no_grad():
         first.orbital_index.fill_(0)
-    assert torch.equal(first(), first.table[:, :1, None].expand(2, 10, 10))  # the edit is the first layer's
+    assert torch.equal(
+        first(), first.table[:, :1, None].expand(2, 10, 10)
+    )  # the edit is the first layer's
     assert torch.equal(gset.orbitals(), cached)
     for layer, out in zip((second, continuous), before):
         assert torch.equal(layer.orbital_index, cached) and torch.equal(layer(), out)
@@ -442,7 +521,10 @@ def test_orbital_biases_own_their_index_not_the_gsets_cache() -> None:
     with torch.no_grad():  # the other way round: the G-set's cache edited after construction
         gset.orbitals().fill_(0)
     assert torch.equal(second.orbital_index, cached) and torch.equal(second(), before[0])
-    storages = {t.untyped_storage().data_ptr() for t in (gset.orbitals(), first.pair_index, second.pair_index)}
+    storages = {
+        t.untyped_storage().data_ptr()
+        for t in (gset.orbitals(), first.pair_index, second.pair_index)
+    }
     assert len(storages) == 3
     circulants = CirculantRelativeBias((3, 3), 1), CirculantRelativeBias((3, 3), 1)
     assert len({c.orbital_index.untyped_storage().data_ptr() for c in circulants}) == 2
@@ -464,11 +546,17 @@ def test_indexed_table_validates_and_follows_the_device() -> None:
     module = Labelled(labels)
     assert isinstance(module, IndexedTable) and module.num_labels == 3
     assert module.pair_index.dtype == torch.long and torch.equal(module(), labels[None].float())
-    with pytest.raises(GroupError, match=r"Labelled: expected labels in \[0, 2\), got labels from 0 to 2"):
+    with pytest.raises(
+        GroupError, match=r"Labelled: expected labels in \[0, 2\), got labels from 0 to 2"
+    ):
         Labelled(labels, 2)
-    with pytest.raises(GroupError, match=r"Labelled: expected labels in \[0, 3\), got labels from -1 to 1"):
+    with pytest.raises(
+        GroupError, match=r"Labelled: expected labels in \[0, 3\), got labels from -1 to 1"
+    ):
         Labelled(torch.tensor([[-1, 1]]), 3)
-    with pytest.raises(GroupError, match=r"Labelled: expected an integer label tensor, got a torch\.float32 tensor"):
+    with pytest.raises(
+        GroupError, match=r"Labelled: expected an integer label tensor, got a torch\.float32 tensor"
+    ):
         Labelled(torch.zeros(2, 2))
     meta = Labelled(labels).to("meta")
     assert meta.pair_index.device.type == "meta" and meta().device.type == "meta"
@@ -479,12 +567,19 @@ def test_indexed_table_validates_and_follows_the_device() -> None:
 def test_orbital_biases_compile_without_graph_breaks() -> None:
     from groupattn.positional import OrbitalTableEncoding, relative_geometry
 
-    for module in (OrbitalBias(structure("petersen").gset, 2), CirculantRelativeBias((3, 4), 2, prefix=1)):
+    for module in (
+        OrbitalBias(structure("petersen").gset, 2),
+        CirculantRelativeBias((3, 4), 2, prefix=1),
+    ):
         compiled = torch.compile(module, fullgraph=True, backend="eager")
         assert torch.equal(compiled(), module()) and not list(module.buffers())
     for neighbourhood, size in ((3, None), (None, 4)):
-        encoding = OrbitalTableEncoding(CyclicGroup(4), 2, lifting=False, neighbourhood=neighbourhood, size=size)
-        geometry = relative_geometry(CyclicGroup(4), 5 if neighbourhood else 4, 5 if neighbourhood else 4, neighbourhood)
+        encoding = OrbitalTableEncoding(
+            CyclicGroup(4), 2, lifting=False, neighbourhood=neighbourhood, size=size
+        )
+        geometry = relative_geometry(
+            CyclicGroup(4), 5 if neighbourhood else 4, 5 if neighbourhood else 4, neighbourhood
+        )
         gathered = torch.compile(lambda: encoding.bias(geometry), fullgraph=True, backend="eager")()  # noqa: B023
         assert torch.equal(gathered, encoding.bias(geometry)) and not list(encoding.buffers())
 
@@ -501,20 +596,32 @@ def test_labels_contract_decides_exactly() -> None:
     assert PairwiseBias(5, 2).contract(trivial).kind == Status.INVARIANT
     assert PairwiseBias(5, 2).contract(SymmetricGroup(5)).kind == Status.BROKEN
     labels = torch.zeros(4, 4, dtype=torch.long)
-    assert labels_contract(labels, SymmetricGroup(4), SetField(4), "m", "r").kind == Status.INVARIANT
-    assert labels_contract(labels, SymmetricGroup(4), SetField(5), "m", "r").kind == Status.UNVERIFIED
+    assert (
+        labels_contract(labels, SymmetricGroup(4), SetField(4), "m", "r").kind == Status.INVARIANT
+    )
+    assert (
+        labels_contract(labels, SymmetricGroup(4), SetField(5), "m", "r").kind == Status.UNVERIFIED
+    )
 
 
 def test_continuous_bias_validates_the_invariant() -> None:
     s = structure("petersen")
-    with pytest.raises(GroupError, match=r"ContinuousOrbitalBias: expected an invariant constant on the orbitals of .*, got \[.*\] on pair"):
+    with pytest.raises(
+        GroupError,
+        match=r"ContinuousOrbitalBias: expected an invariant constant on the orbitals of .*, got \[.*\] on pair",
+    ):
         ContinuousOrbitalBias(s.gset, 2, lambda i, j: (i - j).abs().double())
-    with pytest.raises(GroupError, match=r"expected pair invariants of shape \(N, N\) or \(N, N, F\) with N=10, got \(3,\)"):
+    with pytest.raises(
+        GroupError,
+        match=r"expected pair invariants of shape \(N, N\) or \(N, N, F\) with N=10, got \(3,\)",
+    ):
         ContinuousOrbitalBias(s.gset, 2, torch.zeros(3))
     with pytest.raises(GroupError, match="expected finite pair invariants"):
         ContinuousOrbitalBias(s.gset, 2, torch.full((10, 10), float("nan")))
     assert s.distance is not None
-    two = torch.stack([s.distance, s.distance**2], -1)  # several features; rounding noise within tolerance
+    two = torch.stack(
+        [s.distance, s.distance**2], -1
+    )  # several features; rounding noise within tolerance
     bias = ContinuousOrbitalBias(s.gset, 3, two + 1e-12 * torch.rand(10, 10, 2), hidden=8)
     assert bias().shape == (3, 10, 10) and bias.features.shape == (3, 2)
     assert bias.contract(s.group).kind == Status.INVARIANT
@@ -542,15 +649,29 @@ def test_orbital_attention_shapes_and_elements(data: st.DataObject) -> None:
 def test_orbital_attention_errors_and_contracts() -> None:
     s = structure("hex7-D6")
     layer = OrbitalAttention(8, 2, s.gset)
-    with pytest.raises(GroupError, match=r"OrbitalAttention: expected tokens \(B, N=7, C\) of hex7-D6 on points, got a tensor of shape \(2, 6, 8\)"):
+    with pytest.raises(
+        GroupError,
+        match=r"OrbitalAttention: expected tokens \(B, N=7, C\) of hex7-D6 on points, got a tensor of shape \(2, 6, 8\)",
+    ):
         layer(torch.randn(2, 6, 8))
-    with pytest.raises(GroupError, match=r"OrbitalAttention: expected tokens \(B, N=7, C=8\), got a tensor of shape \(2, 7, 4\)"):
+    with pytest.raises(
+        GroupError,
+        match=r"OrbitalAttention: expected tokens \(B, N=7, C=8\), got a tensor of shape \(2, 7, 4\)",
+    ):
         layer(torch.randn(2, 7, 4))
-    with pytest.raises(GroupError, match="OrbitalAttention: expected a width divisible by the number of heads 3, got 8"):
+    with pytest.raises(
+        GroupError,
+        match="OrbitalAttention: expected a width divisible by the number of heads 3, got 8",
+    ):
         OrbitalAttention(8, 3, s.gset)
-    with pytest.raises(GroupError, match="OrbitalAttention: expected bias 'orbital', 'pairwise', None or a module, got 'x'"):
+    with pytest.raises(
+        GroupError,
+        match="OrbitalAttention: expected bias 'orbital', 'pairwise', None or a module, got 'x'",
+    ):
         OrbitalAttention(8, 2, s.gset, bias="x")  # type: ignore[arg-type]
-    with pytest.raises(GroupError, match="expected dim equal to the channel representation's size 12, got 8"):
+    with pytest.raises(
+        GroupError, match="expected dim equal to the channel representation's size 12, got 8"
+    ):
         OrbitalAttention(8, 2, s.gset, channels=RegularRepresentation(s.group))  # type: ignore[arg-type]
     assert layer.contract(CyclicGroup(6)).kind == Status.UNVERIFIED
     assert layer.contract(s.group, SetField(7)).kind == Status.UNVERIFIED
@@ -558,22 +679,37 @@ def test_orbital_attention_errors_and_contracts() -> None:
     # an orbital bias of a smaller group: breaks under the larger one, with the bias's reason
     finer = OrbitalAttention(8, 2, s.gset, bias=OrbitalBias(structure("hex7-C6").gset, 2))
     contract = finer.contract(s.group)
-    assert contract.kind == Status.BROKEN and "are not unions of orbitals" in (contract.reason or "")
+    assert contract.kind == Status.BROKEN and "are not unions of orbitals" in (
+        contract.reason or ""
+    )
 
 
 def test_transformer_block_output_type_is_its_input_type() -> None:
     s = structure("cylinder")
     block = TransformerBlock(8, OrbitalAttention(8, 2, s.gset))
     contract = block.contract(s.group)
-    assert contract.kind == Status.EQUIVARIANT and contract.input_type == contract.output_type == GSetField(s.gset)
-    grid = TransformerBlock(8, GlobalSelfAttention(8, 2, (4, 4), prefix=1)).contract(TorusTranslations(4, 4))
+    assert (
+        contract.kind == Status.EQUIVARIANT
+        and contract.input_type == contract.output_type == GSetField(s.gset)
+    )
+    grid = TransformerBlock(8, GlobalSelfAttention(8, 2, (4, 4), prefix=1)).contract(
+        TorusTranslations(4, 4)
+    )
     assert grid.output_type == grid.input_type == TokenField((4, 4), prefix=1)
     values = structure("values-C6")
-    with_rep = TransformerBlock(values.dim, OrbitalAttention(values.dim, 2, values.gset, channels=values.channels))
+    with_rep = TransformerBlock(
+        values.dim, OrbitalAttention(values.dim, 2, values.gset, channels=values.channels)
+    )
     broken = with_rep.contract(values.group)
-    assert broken.kind == Status.BROKEN and "LayerNorm and the MLP mix channels" in (broken.reason or "")
-    pairwise = TransformerBlock(8, OrbitalAttention(8, 2, s.gset, bias="pairwise")).contract(s.group)
-    assert pairwise.kind == Status.BROKEN and (pairwise.reason or "").startswith("attention: OrbitalAttention")
+    assert broken.kind == Status.BROKEN and "LayerNorm and the MLP mix channels" in (
+        broken.reason or ""
+    )
+    pairwise = TransformerBlock(8, OrbitalAttention(8, 2, s.gset, bias="pairwise")).contract(
+        s.group
+    )
+    assert pairwise.kind == Status.BROKEN and (pairwise.reason or "").startswith(
+        "attention: OrbitalAttention"
+    )
 
 
 def test_mean_pooling_is_invariant_under_any_gset(float_dtype: torch.dtype) -> None:
@@ -583,7 +719,9 @@ def test_mean_pooling_is_invariant_under_any_gset(float_dtype: torch.dtype) -> N
         contract = pool.contract(s.group, GSetField(s.gset))
         assert contract.kind == Status.INVARIANT and contract.output_type == InvariantField()
         x = torch.randn(3, s.gset.num_points, 4, dtype=float_dtype)
-        assert_equivariant(pool, x, s.group, elements=elements_of(name)[:50], input_type=GSetField(s.gset))
+        assert_equivariant(
+            pool, x, s.group, elements=elements_of(name)[:50], input_type=GSetField(s.gset)
+        )
     assert pool.contract(SymmetricGroup(5), SetField(5)).kind == Status.INVARIANT
     assert pool.contract(SymmetricGroup(5)).kind == Status.UNVERIFIED  # no layout, nothing promised
     values = structure("values-C6")
@@ -595,19 +733,31 @@ def test_mean_pooling_is_invariant_under_any_gset(float_dtype: torch.dtype) -> N
 
 
 # ----------------------------------------------------------------------------- equivariant values
-@pytest.mark.parametrize(("name", "invariants", "maps"), [("values-C6", 3, 14), ("values-D6", 1, 4), ("values-rot", 0, 8)])
+@pytest.mark.parametrize(
+    ("name", "invariants", "maps"),
+    [("values-C6", 3, 14), ("values-D6", 1, 4), ("values-rot", 0, 8)],
+)
 def test_value_maps_are_intertwiners(name: str, invariants: int, maps: int) -> None:
     s = structure(name)
     assert s.channels is not None
     layer = OrbitalAttention(s.dim, 2, s.gset, channels=s.channels)
-    assert layer.invariant_basis.shape == (invariants, s.dim) and layer.value_basis.shape == (maps, s.dim, s.dim)
+    assert layer.invariant_basis.shape == (invariants, s.dim) and layer.value_basis.shape == (
+        maps,
+        s.dim,
+        s.dim,
+    )
     assert layer.use_norm  # permutation and rotation matrices are orthogonal
     for g in s.group.generators():
         m = s.channels.matrix(g)
         assert torch.allclose(layer.value_basis @ m, m @ layer.value_basis, atol=1e-12)
         assert torch.allclose(layer.invariant_basis @ m, layer.invariant_basis, atol=1e-12)
-    assert {n for n, _ in layer.named_parameters()} == {"bias.table", "query_key.weight", "query_key.bias",
-                                                        "value_coefficients", "output_coefficients"}
+    assert {n for n, _ in layer.named_parameters()} == {
+        "bias.table",
+        "query_key.weight",
+        "query_key.bias",
+        "value_coefficients",
+        "output_coefficients",
+    }
 
 
 def test_plain_layer_breaks_a_representation_carrying_field() -> None:
@@ -615,7 +765,10 @@ def test_plain_layer_breaks_a_representation_carrying_field() -> None:
         s = structure(name)
         plain = OrbitalAttention(s.dim, 2, s.gset, bias_init_std=1.0).double()
         x = torch.randn(2, s.gset.num_points, s.dim, dtype=torch.float64)
-        assert equivariance_error(plain, x, s.group, input_type=s.field, output_type=s.field).max_error > 1e-3
+        assert (
+            equivariance_error(plain, x, s.group, input_type=s.field, output_type=s.field).max_error
+            > 1e-3
+        )
 
 
 # ----------------------------------------------------------------------------- EquivariantModule
@@ -634,7 +787,10 @@ def test_equivariant_module_checks_input_and_derives_its_contract() -> None:
     field = GSetField(s.gset)
     module = _Scale(field, field)
     assert module(torch.ones(1, 10, 3)).shape == (1, 10, 3)
-    with pytest.raises(GroupError, match=r"_Scale: expected tokens \(B, N=10, C\) of .*, got a tensor of shape \(1, 9, 3\)"):
+    with pytest.raises(
+        GroupError,
+        match=r"_Scale: expected tokens \(B, N=10, C\) of .*, got a tensor of shape \(1, 9, 3\)",
+    ):
         module(torch.ones(1, 9, 3))
     with pytest.raises(GroupError, match="_Scale: expected a tensor of type gset"):
         module([1, 2])  # type: ignore[arg-type]
@@ -647,7 +803,9 @@ def test_equivariant_module_checks_input_and_derives_its_contract() -> None:
     assert broken.kind == Status.BROKEN and broken.reason == "_Breaks: it says so"
     grid = _Scale(GridField(), GridField(), group=TorusTranslations(4, 4))
     assert grid.contract(TorusTranslations(4, 4)).kind == Status.EQUIVARIANT
-    assert _Scale(GridField(), GridField()).contract(TorusTranslations(4, 4)).kind == Status.UNVERIFIED
+    assert (
+        _Scale(GridField(), GridField()).contract(TorusTranslations(4, 4)).kind == Status.UNVERIFIED
+    )
     with pytest.raises(GroupError, match="expected a FieldType as in_type"):
         _Scale(3, field)  # type: ignore[arg-type]
     assert module(x=torch.ones(1, 10, 2)).shape == (1, 10, 2)
@@ -659,4 +817,3 @@ def test_orbital_attention_compiles_without_graph_breaks() -> None:
     compiled = torch.compile(layer, fullgraph=True, backend="eager")
     x = torch.randn(2, 7, 8)
     torch.testing.assert_close(compiled(x), layer(x))
-

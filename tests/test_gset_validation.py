@@ -50,7 +50,9 @@ def _klein_corners(g: GroupElement) -> list[int]:
 
 
 GOOD = {
-    "C4 on 4 points": lambda: GSet(CyclicGroup(4), 4, lambda g: [(i + g.value) % 4 for i in range(4)]),
+    "C4 on 4 points": lambda: GSet(
+        CyclicGroup(4), 4, lambda g: [(i + g.value) % 4 for i in range(4)]
+    ),
     "D4 on a square": lambda: GSet(DihedralGroup(4), 4, _square_vertices, name="square"),
     "V4 on corners": lambda: GSet(KleinFour(), 4, _klein_corners),
     "trivial action": lambda: GSet(p4(2), 5, lambda g: list(range(5))),
@@ -64,7 +66,9 @@ GOOD = {
     "C4xC2": lambda: GSet(
         DirectProduct(CyclicGroup(4), CyclicGroup(2)),
         6,
-        lambda g: [(i + g.value[0]) % 4 for i in range(4)] + [4 + (i + g.value[1]) % 2 for i in range(2)],
+        lambda g: (
+            [(i + g.value[0]) % 4 for i in range(4)] + [4 + (i + g.value[1]) % 2 for i in range(2)]
+        ),
     ),
 }
 
@@ -98,7 +102,9 @@ def test_convention_on_every_pair_of_small_gsets() -> None:
         elems = gset.group.elements()  # type: ignore[attr-defined]
         for g in elems:
             for h in elems:
-                assert torch.equal(gset.permutation(g * h), gset.permutation(g)[gset.permutation(h)])
+                assert torch.equal(
+                    gset.permutation(g * h), gset.permutation(g)[gset.permutation(h)]
+                )
 
 
 # ---------------------------------------------------------------- bad maps
@@ -120,11 +126,18 @@ def test_constant_map_is_rejected() -> None:
 
 def test_non_homomorphism_is_rejected() -> None:
     # a valid permutation for every element, but rotating by r² instead of r
-    bad = GSet(CyclicGroup(4), 4, lambda g: [(i + g.value**2) % 4 for i in range(4)], name="squared")
-    with pytest.raises(GroupError, match=r"squared: expected a group action, permutation\(g·h\) == permutation\(g\)\[permutation\(h\)\], for g = C4\[1\], h = C4\[1\]: expected \[2, 3, 0, 1\], got \[0, 1, 2, 3\]"):
+    bad = GSet(
+        CyclicGroup(4), 4, lambda g: [(i + g.value**2) % 4 for i in range(4)], name="squared"
+    )
+    with pytest.raises(
+        GroupError,
+        match=r"squared: expected a group action, permutation\(g·h\) == permutation\(g\)\[permutation\(h\)\], for g = C4\[1\], h = C4\[1\]: expected \[2, 3, 0, 1\], got \[0, 1, 2, 3\]",
+    ):
         bad.validate()
     # D4 → C4 forgetting the reflection is no homomorphism
-    forget = GSet(DihedralGroup(4), 4, lambda g: [(i + g.value) % 4 for i in range(4)], name="forget")
+    forget = GSet(
+        DihedralGroup(4), 4, lambda g: [(i + g.value) % 4 for i in range(4)], name="forget"
+    )
     with pytest.raises(GroupError, match="forget: expected a group action"):
         forget.permutation(1)
 
@@ -143,7 +156,10 @@ def test_wrong_map_caught_only_away_from_generators_is_rejected() -> None:
 def test_identity_must_map_to_identity() -> None:
     swap = [1, 0, 2]
     gset = GSet(CyclicGroup(3), 3, lambda g: swap, name="stuck")
-    with pytest.raises(GroupError, match=r"stuck: expected the identity to map to the identity permutation, got \[1, 0, 2\]"):
+    with pytest.raises(
+        GroupError,
+        match=r"stuck: expected the identity to map to the identity permutation, got \[1, 0, 2\]",
+    ):
         gset.validate()
 
 
@@ -190,17 +206,32 @@ def test_each_later_permutation_is_checked() -> None:
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: GSet.natural(CyclicGroup(4)), r"GSet\.natural: expected a PermutationGroup .*got the group C4 \(CyclicGroup\)"),
+        (
+            lambda: GSet.natural(CyclicGroup(4)),
+            r"GSet\.natural: expected a PermutationGroup .*got the group C4 \(CyclicGroup\)",
+        ),
         (lambda: GSet.natural(p4(4)), r"got the group p4\(4x4\) \(RotoTranslationGroup\)"),
         (lambda: GSet.natural([[1, 0]]), "GSet.natural: expected a PermutationGroup"),
         (lambda: GSet(5, 4, lambda g: g), "GSet: expected the acting group as a Group, got 5"),
         (lambda: GSet(CyclicGroup, 4, lambda g: g), "got the class CyclicGroup"),
-        (lambda: GSet(CyclicGroup(4), -1, lambda g: g), "expected the number of points as an int >= 0, got -1"),
+        (
+            lambda: GSet(CyclicGroup(4), -1, lambda g: g),
+            "expected the number of points as an int >= 0, got -1",
+        ),
         (lambda: GSet(CyclicGroup(4), 4, [0, 1, 2, 3]), "expected permutation_fn as a callable"),
-        (lambda: GSet.grid("p4", 4, 4), r"GSet\.of_field: expected the acting group as a Group, got 'p4'"),
-        (lambda: GSet.of_field(p4(4), p4(4), (4, 4)), r"GSet\.of_field: expected a FieldType, got the group p4"),
+        (
+            lambda: GSet.grid("p4", 4, 4),
+            r"GSet\.of_field: expected the acting group as a Group, got 'p4'",
+        ),
+        (
+            lambda: GSet.of_field(p4(4), p4(4), (4, 4)),
+            r"GSet\.of_field: expected a FieldType, got the group p4",
+        ),
         (lambda: GSet.of_field(GridField(), p4(4), (4, 0)), "expected positive sizes"),
-        (lambda: GSet.lifted_grid(p4(4), p4(4), 4, 4), r"GSet\.lifted_grid: expected a point group .*RotoTranslationGroup"),
+        (
+            lambda: GSet.lifted_grid(p4(4), p4(4), 4, 4),
+            r"GSet\.lifted_grid: expected a point group .*RotoTranslationGroup",
+        ),
         (lambda: GSet.lifted_grid(p4(4), CyclicGroup, 4, 4), "got the class CyclicGroup"),
     ],
 )

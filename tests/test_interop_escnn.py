@@ -28,7 +28,11 @@ POINT_GROUPS = [CyclicGroup(4), DihedralGroup(4)]
 
 
 def _gspace(group: CyclicGroup | DihedralGroup) -> object:
-    return gspaces.rot2dOnR2(group.n) if isinstance(group, CyclicGroup) else gspaces.flipRot2dOnR2(group.n)
+    return (
+        gspaces.rot2dOnR2(group.n)
+        if isinstance(group, CyclicGroup)
+        else gspaces.flipRot2dOnR2(group.n)
+    )
 
 
 @pytest.mark.parametrize("group", [*POINT_GROUPS, CyclicGroup(3), DihedralGroup(6)], ids=repr)
@@ -47,9 +51,9 @@ def test_group_and_element_round_trip(group):
 def test_element_map_is_a_homomorphism(group):
     for a in group.elements():
         for b in group.elements():
-            assert to_escnn_element(group, group.compose(a, b)) == to_escnn_element(group, a) @ to_escnn_element(
-                group, b
-            )
+            assert to_escnn_element(group, group.compose(a, b)) == to_escnn_element(
+                group, a
+            ) @ to_escnn_element(group, b)
         assert to_escnn_element(group, group.inverse(a)) == ~to_escnn_element(group, a)
 
 
@@ -66,7 +70,9 @@ def test_image_action_matches_escnn_transform(group):
     r = group.make(1)
     assert torch.equal(GridField().act(group, r, x), torch.rot90(x, 1, dims=(-2, -1)))
     if isinstance(group, DihedralGroup):
-        assert torch.equal(GridField().act(group, group.make(0, True), x), torch.flip(x, dims=(-1,)))
+        assert torch.equal(
+            GridField().act(group, group.make(0, True), x), torch.flip(x, dims=(-1,))
+        )
 
 
 def _explicit_lifted_action(group, g, x):
@@ -110,7 +116,9 @@ def test_regular_representation_matches_escnn(group):
     ours = RegularRepresentation(group)
     eg = to_escnn_group(group)
     for g in group.elements():
-        theirs = torch.as_tensor(eg.regular_representation(to_escnn_element(group, g)), dtype=torch.float64)
+        theirs = torch.as_tensor(
+            eg.regular_representation(to_escnn_element(group, g)), dtype=torch.float64
+        )
         assert torch.allclose(ours.matrix(g), theirs, rtol=0, atol=1e-12), g
 
 
@@ -124,10 +132,14 @@ def test_wrapped_representation(group):
     for a in group.elements():
         for b in group.elements():
             # a representation: ρ(ab) = ρ(a) ρ(b)
-            assert torch.allclose(rep.matrix(group.compose(a, b)), rep.matrix(a) @ rep.matrix(b), atol=1e-12)
+            assert torch.allclose(
+                rep.matrix(group.compose(a, b)), rep.matrix(a) @ rep.matrix(b), atol=1e-12
+            )
     # the standard representation of our rotation is the 2x2 rotation matrix
     m = rep.matrix(group.make(1))
-    assert torch.allclose(m, torch.tensor([[0.0, -1.0], [1.0, 0.0]], dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(
+        m, torch.tensor([[0.0, -1.0], [1.0, 0.0]], dtype=torch.float64), atol=1e-12
+    )
 
 
 @pytest.mark.parametrize("group", POINT_GROUPS, ids=repr)
@@ -164,7 +176,10 @@ def test_other_flip_axis_is_read_geometrically():
         theirs = enn.GeometricTensor(x, enn.FieldType(gs, [gs.trivial_repr])).transform(e).tensor
         assert torch.equal(GridField().act(group, g, x), theirs), g
         assert torch.allclose(
-            field.act(group, g, y), enn.GeometricTensor(y, ft).transform(e).tensor, rtol=0, atol=1e-12
+            field.act(group, g, y),
+            enn.GeometricTensor(y, ft).transform(e).tensor,
+            rtol=0,
+            atol=1e-12,
         ), g
     # escnn's flip (m=1, r=0) of this gspace is our rho^2 sigma
     assert from_escnn_element(gs.fibergroup.element((1, 0), "int"), gs) == group.make(2, True)

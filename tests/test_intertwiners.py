@@ -79,7 +79,9 @@ def _reps(key: str) -> tuple[FiniteGroup, dict[str, Representation]]:
     """A group and its six representations: trivial, regular, permutation, sum, 2-D, sign."""
     if key == "C4":
         group: Any = CyclicGroup(4)
-        gset = GSet(group, 4, lambda g: [(i + g.value) % 4 for i in range(4)], name="C4 on a square")
+        gset = GSet(
+            group, 4, lambda g: [(i + g.value) % 4 for i in range(4)], name="C4 on a square"
+        )
         two = MatrixRepresentation(group, 2, lambda g: _rotation(g.value), name="rotation")
         sign = MatrixRepresentation(group, 1, lambda g: [[(-1.0) ** g.value]], name="sign")
     elif key == "D4":
@@ -91,7 +93,9 @@ def _reps(key: str) -> tuple[FiniteGroup, dict[str, Representation]]:
 
         gset = GSet(group, 4, square, name="D4 on a square")
         two = MatrixRepresentation(group, 2, lambda g: real_matrix(group, g), name="standard")
-        sign = MatrixRepresentation(group, 1, lambda g: [[-1.0 if group.is_reflection(g) else 1.0]], name="det")
+        sign = MatrixRepresentation(
+            group, 1, lambda g: [[-1.0 if group.is_reflection(g) else 1.0]], name="det"
+        )
     elif key == "S3":
         group = PermutationGroup([[1, 0, 2], [1, 2, 0]], name="S3")
         gset = GSet.natural(group)
@@ -102,7 +106,10 @@ def _reps(key: str) -> tuple[FiniteGroup, dict[str, Representation]]:
         gset = GSet(
             group,
             6,
-            lambda g: [(i + g.value[0]) % 4 for i in range(4)] + [4 + (i + g.value[1]) % 2 for i in range(2)],
+            lambda g: (
+                [(i + g.value[0]) % 4 for i in range(4)]
+                + [4 + (i + g.value[1]) % 2 for i in range(2)]
+            ),
             name="C4xC2 on 4+2 points",
         )
         two = MatrixRepresentation(group, 2, lambda g: _rotation(g.value[0]), name="rotation")
@@ -148,10 +155,16 @@ def test_dimension_and_constraint_for_every_pair(key: str) -> None:
         assert basis.shape == (round(inner), rep_out.dim, rep_in.dim), (key, name_in, name_out)
         flat = basis.reshape(basis.shape[0], rep_out.dim * rep_in.dim)
         gram = flat @ flat.T
-        assert torch.allclose(gram, torch.eye(basis.shape[0], dtype=torch.float64), atol=TOL, rtol=0)
+        assert torch.allclose(
+            gram, torch.eye(basis.shape[0], dtype=torch.float64), atol=TOL, rtol=0
+        )
         for m_in, m_out in zip(matrices[name_in], matrices[name_out]):
             residual = m_out @ basis - basis @ m_in
-            assert residual.numel() == 0 or float(residual.abs().max()) <= TOL, (key, name_in, name_out)
+            assert residual.numel() == 0 or float(residual.abs().max()) <= TOL, (
+                key,
+                name_in,
+                name_out,
+            )
 
 
 def test_representations_are_homomorphisms() -> None:
@@ -161,7 +174,9 @@ def test_representations_are_homomorphisms() -> None:
         for rep in reps.values():
             for g, h in itertools.product(group.elements(), repeat=2):
                 lhs = rep.matrix_for(group, g * h)
-                assert torch.allclose(lhs, rep.matrix_for(group, g) @ rep.matrix_for(group, h), atol=1e-12)
+                assert torch.allclose(
+                    lhs, rep.matrix_for(group, g) @ rep.matrix_for(group, h), atol=1e-12
+                )
 
 
 @pytest.mark.parametrize("key", GROUPS)
@@ -186,9 +201,15 @@ def test_random_combinations_are_equivariant_maps(key: str, data: st.DataObject)
 def test_permutation_representations_get_exact_orbital_bases() -> None:
     group, reps = _cached_reps("D4")
     basis = intertwiner_basis(reps["permutation"], reps["permutation"], group)
-    assert basis.shape == (3, 4, 4)  # D4 on a square's vertices: 3 orbitals (same, adjacent, opposite)
+    assert basis.shape == (
+        3,
+        4,
+        4,
+    )  # D4 on a square's vertices: 3 orbitals (same, adjacent, opposite)
     support = (basis != 0).to(torch.int64)
-    assert torch.equal(support.sum(0), torch.ones(4, 4, dtype=torch.int64))  # a partition of the pairs
+    assert torch.equal(
+        support.sum(0), torch.ones(4, 4, dtype=torch.int64)
+    )  # a partition of the pairs
     for b in basis:
         values = b[b != 0]
         assert torch.equal(values, torch.full_like(values, values[0]))  # constant on its orbital
@@ -238,22 +259,49 @@ def test_direct_sum_and_permutation_representation_actions() -> None:
         assert torch.allclose(total.apply(group, g, x, axis=1), expected, atol=1e-12)
         perm_rep = reps["permutation"]
         moved = perm_rep.apply(group, g, x[:, :3], axis=1)
-        assert torch.equal(moved, torch.einsum("ij,bjk->bik", perm_rep.matrix_for(group, g), x[:, :3]))
+        assert torch.equal(
+            moved, torch.einsum("ij,bjk->bik", perm_rep.matrix_for(group, g), x[:, :3])
+        )
     assert reps["permutation"].is_permutation and not total.is_permutation
 
 
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: intertwiner_basis("trivial", TrivialRepresentation(1), CyclicGroup(2)), "expected rep_in as a Representation, got 'trivial'"),
-        (lambda: intertwiner_basis(TrivialRepresentation(1), TrivialRepresentation(1), "C2"), "expected a Group, got 'C2'"),
-        (lambda: intertwiner_basis(TrivialRepresentation(1), TrivialRepresentation(1), CyclicGroup(2), tol=2.0), "tolerance"),
-        (lambda: RegularRepresentation(CyclicGroup), "RegularRepresentation: expected a finite group, got the class CyclicGroup"),
+        (
+            lambda: intertwiner_basis("trivial", TrivialRepresentation(1), CyclicGroup(2)),
+            "expected rep_in as a Representation, got 'trivial'",
+        ),
+        (
+            lambda: intertwiner_basis(TrivialRepresentation(1), TrivialRepresentation(1), "C2"),
+            "expected a Group, got 'C2'",
+        ),
+        (
+            lambda: intertwiner_basis(
+                TrivialRepresentation(1), TrivialRepresentation(1), CyclicGroup(2), tol=2.0
+            ),
+            "tolerance",
+        ),
+        (
+            lambda: RegularRepresentation(CyclicGroup),
+            "RegularRepresentation: expected a finite group, got the class CyclicGroup",
+        ),
         (lambda: MatrixRepresentation("C4", 2, lambda g: g), "expected a Group, got 'C4'"),
         (lambda: DirectSumRepresentation([]), "expected a non-empty list"),
-        (lambda: DirectSumRepresentation([TrivialRepresentation(1), 3]), "expected representations, got 3"),
-        (lambda: DirectSumRepresentation([RegularRepresentation(CyclicGroup(2)), RegularRepresentation(CyclicGroup(3))]), "one group"),
-        (lambda: PermutationRepresentation(CyclicGroup(4)), "PermutationRepresentation: expected a GSet, got the group C4"),
+        (
+            lambda: DirectSumRepresentation([TrivialRepresentation(1), 3]),
+            "expected representations, got 3",
+        ),
+        (
+            lambda: DirectSumRepresentation(
+                [RegularRepresentation(CyclicGroup(2)), RegularRepresentation(CyclicGroup(3))]
+            ),
+            "one group",
+        ),
+        (
+            lambda: PermutationRepresentation(CyclicGroup(4)),
+            "PermutationRepresentation: expected a GSet, got the group C4",
+        ),
         (lambda: TrivialRepresentation(0), "expected dim as an int >= 1"),
     ],
 )
@@ -266,6 +314,10 @@ def test_budget_is_refused_before_solving() -> None:
     s5 = SymmetricGroup(5)
     regular = RegularRepresentation(s5)  # 120 x 120 > budget
     assert regular.dim**2 > INTERTWINER_BUDGET
-    with pytest.raises(GroupError, match=rf"INTERTWINER_BUDGET={INTERTWINER_BUDGET}, got 120·120 = 14400"):
+    with pytest.raises(
+        GroupError, match=rf"INTERTWINER_BUDGET={INTERTWINER_BUDGET}, got 120·120 = 14400"
+    ):
         intertwiner_basis(regular, regular, s5)
-    assert math.isclose(intertwiner_basis(regular, TrivialRepresentation(1), s5).sum().item() ** 2, 120.0)
+    assert math.isclose(
+        intertwiner_basis(regular, TrivialRepresentation(1), s5).sum().item() ** 2, 120.0
+    )

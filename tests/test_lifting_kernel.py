@@ -16,7 +16,12 @@ from groupattn.testing import assert_equivariant
 
 
 def _windows_reference(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor, k: int, circular: bool
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    bias: torch.Tensor,
+    k: int,
+    circular: bool,
 ) -> torch.Tensor:
     """Per-pixel attention through :func:`attend`: one problem per pixel, ``G`` queries, ``k²`` keys."""
     b, heads, d, height, width = query.shape
@@ -62,7 +67,9 @@ def test_factorised_kernel_equals_per_pixel_attention(
     for a, b in zip(grads, expected):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
     with torch.no_grad():  # the inference path (offset-by-offset accumulation) agrees too
-        torch.testing.assert_close(attend_shared_query_windows(q, key, v, bias, k, circular), reference.detach())
+        torch.testing.assert_close(
+            attend_shared_query_windows(q, key, v, bias, k, circular), reference.detach()
+        )
 
 
 def test_factorised_kernel_declines_a_bias_that_could_underflow() -> None:
@@ -70,24 +77,35 @@ def test_factorised_kernel_declines_a_bias_that_could_underflow() -> None:
     bias = torch.zeros(1, 4, 9)
     bias[0, 0, 0] = 200.0  # spread 200 > the float32 limit
     assert attend_shared_query_windows(q, q, q, bias, 3) is None
-    assert attend_shared_query_windows(q.double(), q.double(), q.double(), bias.double(), 3) is not None
-    with pytest.raises(ValueError, match=r"attend_shared_query_windows: expected bias \(heads=1, G, k²=9\)"):
+    assert (
+        attend_shared_query_windows(q.double(), q.double(), q.double(), bias.double(), 3)
+        is not None
+    )
+    with pytest.raises(
+        ValueError, match=r"attend_shared_query_windows: expected bias \(heads=1, G, k²=9\)"
+    ):
         attend_shared_query_windows(q, q, q, torch.zeros(1, 4, 8), 3)
     with pytest.raises(ValueError, match="expected query, key"):
         attend_shared_query_windows(q, q[:, :, :1], q, bias, 3)
     for k in (0, 4, 7):
-        with pytest.raises(ValueError, match=f"expected an odd neighbourhood 1 <= k <= the grid side 5, got {k}"):
+        with pytest.raises(
+            ValueError, match=f"expected an odd neighbourhood 1 <= k <= the grid side 5, got {k}"
+        ):
             attend_shared_query_windows(q, q, q, torch.zeros(1, 4, k * k), k)
 
 
 @pytest.mark.parametrize("point_group", ["C1", "C4", "D4", "C8"])
 @pytest.mark.parametrize("neighbourhood", [3, 5])
-def test_lifting_layer_paths_agree(point_group: str, neighbourhood: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lifting_layer_paths_agree(
+    point_group: str, neighbourhood: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The factorised path of a local lifting layer equals its tiled path through ``attend``."""
     import groupattn.attention._lifting as lifting_module
 
     torch.manual_seed(0)
-    layer = LiftingSelfAttention(3, 6, point_group, num_heads=2, neighbourhood=neighbourhood).double()
+    layer = LiftingSelfAttention(
+        3, 6, point_group, num_heads=2, neighbourhood=neighbourhood
+    ).double()
     for p in layer.encoding.parameters():
         torch.nn.init.normal_(p)
     x = torch.randn(2, 3, 9, 9, dtype=torch.float64)
@@ -99,7 +117,9 @@ def test_lifting_layer_paths_agree(point_group: str, neighbourhood: int, monkeyp
         return out.detach(), [p.grad.clone() for p in layer.parameters()]  # type: ignore[union-attr]
 
     factorised, factorised_grads = run()
-    monkeypatch.setattr(lifting_module, "attend_shared_query_windows", lambda *args: None)  # force the fallback
+    monkeypatch.setattr(
+        lifting_module, "attend_shared_query_windows", lambda *args: None
+    )  # force the fallback
     tiled, tiled_grads = run()
     torch.testing.assert_close(factorised, tiled, rtol=1e-12, atol=1e-12)
     for a, b in zip(factorised_grads, tiled_grads):
@@ -111,7 +131,9 @@ def test_lifting_layer_paths_agree(point_group: str, neighbourhood: int, monkeyp
 
 @pytest.mark.parametrize("point_group", [CyclicGroup(4), DihedralGroup(4)])
 @pytest.mark.parametrize("kernel_size", [1, 3, 5])
-def test_lifting_convolution_is_equivariant(point_group: CyclicGroup | DihedralGroup, kernel_size: int) -> None:
+def test_lifting_convolution_is_equivariant(
+    point_group: CyclicGroup | DihedralGroup, kernel_size: int
+) -> None:
     torch.manual_seed(kernel_size)
     conv = LiftingConvolution(2, 3, kernel_size, point_group).double()
     torch.nn.init.normal_(conv.bias)
@@ -141,15 +163,23 @@ def test_lifting_convolution_contracts_and_errors() -> None:
     conv = LiftingConvolution(1, 2, 3, "C4")
     assert conv.contract(DihedralGroup(4)).kind == Status.BROKEN
     assert "only rotated by C4" in (conv.contract(p4m(8)).reason or "")
-    with pytest.raises(GroupError, match="LiftingConvolution: expected a point group acting exactly on the grid"):
+    with pytest.raises(
+        GroupError, match="LiftingConvolution: expected a point group acting exactly on the grid"
+    ):
         LiftingConvolution(1, 2, 3, "C8")
-    with pytest.raises(GroupError, match="LiftingConvolution: expected an odd kernel size >= 1, got 4"):
+    with pytest.raises(
+        GroupError, match="LiftingConvolution: expected an odd kernel size >= 1, got 4"
+    ):
         LiftingConvolution(1, 2, 4, "C4")
     with pytest.raises(GroupError, match="LiftingConvolution: expected positive channel widths"):
         LiftingConvolution(0, 2, 3, "C4")
-    with pytest.raises(GroupError, match=r"LiftingConvolution: expected an image batch \(B, C=1, H, W\)"):
+    with pytest.raises(
+        GroupError, match=r"LiftingConvolution: expected an image batch \(B, C=1, H, W\)"
+    ):
         conv(torch.zeros(1, 2, 6, 6))
-    with pytest.raises(GroupError, match="LiftingConvolution: expected a square grid for C4, got 6x8"):
+    with pytest.raises(
+        GroupError, match="LiftingConvolution: expected a square grid for C4, got 6x8"
+    ):
         conv(torch.zeros(1, 1, 6, 8))
     with pytest.raises(GroupError, match="at least 3x3, got 2x2"):
         conv(torch.zeros(1, 1, 2, 2))

@@ -59,7 +59,9 @@ def _check_orbital_partition(gset: GSet, perms: list[list[int]]) -> None:
     # brute force: the orbit of the pair (0, j) under all elements is exactly its label class
     for j in range(0, n, max(1, n // 7)):
         images = {(p[0], p[j]) for p in perms}
-        cls = {(a, b) for a, b in zip(*torch.nonzero(labels == labels[0, j], as_tuple=True)) if a == 0}
+        cls = {
+            (a, b) for a, b in zip(*torch.nonzero(labels == labels[0, j], as_tuple=True)) if a == 0
+        }
         assert {(0, b) for (a, b) in images if a == 0} == {(0, int(b)) for _, b in cls}
 
 
@@ -164,7 +166,9 @@ def test_hexagon_acts_on_token_sets(data: st.DataObject) -> None:
     field = SetField(6)
     x = data.draw(signals(field))
     g, h = data.draw(group_elements(hexagon)), data.draw(group_elements(hexagon))
-    assert torch.equal(field.act(hexagon, g, field.act(hexagon, h, x)), field.act(hexagon, g * h, x))
+    assert torch.equal(
+        field.act(hexagon, g, field.act(hexagon, h, x)), field.act(hexagon, g * h, x)
+    )
 
 
 @pytest.mark.parametrize(
@@ -209,7 +213,9 @@ def test_user_subclass_works_with_gset_and_axioms() -> None:
 
 def test_gset_errors() -> None:
     gset = GSet(CyclicGroup(3), 3, lambda g: [0, 1], name="bad")
-    with pytest.raises(GroupError, match=r"bad: expected a permutation of length 3, got shape \(2,\)"):
+    with pytest.raises(
+        GroupError, match=r"bad: expected a permutation of length 3, got shape \(2,\)"
+    ):
         gset.permutation(1)
     good = GSet.natural(SymmetricGroup(3))
     with pytest.raises(GroupError, match=r"expected a point in \[0, 3\), got 5"):
@@ -247,9 +253,13 @@ def test_gset_action_law_is_exact(key: str, data: st.DataObject) -> None:
     assert torch.equal(torch.sort(pg).values, torch.arange(gset.num_points))
 
 
-def test_large_permutation_group_is_enumerated_at_most_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_large_permutation_group_is_enumerated_at_most_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     n = 7
-    big = PermutationGroup([[1, 0, *range(2, n)], [(i + 1) % n for i in range(n)]], max_order=200, name="big")
+    big = PermutationGroup(
+        [[1, 0, *range(2, n)], [(i + 1) % n for i in range(n)]], max_order=200, name="big"
+    )
     calls = []
     original = PermutationGroup._enumerate
 

@@ -47,7 +47,9 @@ class RadialProfile(nn.Module):
         radius = (rows**2 + cols**2).sqrt()
         centres = torch.linspace(0, c, rings)
         step = float(centres[1] - centres[0])
-        weights = torch.relu(1 - (radius[None] - centres[:, None, None]).abs() / step) * disc_mask(side, side)
+        weights = torch.relu(1 - (radius[None] - centres[:, None, None]).abs() / step) * disc_mask(
+            side, side
+        )
         self.register_buffer("weights", weights / weights.sum(dim=(-2, -1), keepdim=True))
         self.head = nn.Linear(rings, classes)
 
@@ -68,7 +70,9 @@ class Flatten(nn.Module):
 
 @pytest.fixture(scope="module")
 def digits() -> TrainingData:
-    return load_training_data("digits", limit=600)  # 200 test digits, 16 × 16 glyphs on a 32 × 32 canvas
+    return load_training_data(
+        "digits", limit=600
+    )  # 200 test digits, 16 × 16 glyphs on a 32 × 32 canvas
 
 
 def _models() -> tuple[nn.Module, nn.Module, nn.Module]:
@@ -76,7 +80,9 @@ def _models() -> tuple[nn.Module, nn.Module, nn.Module]:
     return GlobalMean(), RadialProfile(), Flatten()
 
 
-def test_circular_shifts_separate_invariant_and_position_dependent_models(digits: TrainingData) -> None:
+def test_circular_shifts_separate_invariant_and_position_dependent_models(
+    digits: TrainingData,
+) -> None:
     mean, _, flat = _models()
     x, y = digits.test_images, digits.test_labels
     invariant = circular_shift_robustness(mean, x, y, seed=0)
@@ -85,7 +91,9 @@ def test_circular_shifts_separate_invariant_and_position_dependent_models(digits
     assert invariant.settings["max_shift"] is None
     broken = circular_shift_robustness(flat, x, y, seed=0)
     assert broken.consistency < 0.6
-    assert circular_shift_robustness(flat, x, y, max_shift=1, seed=0).consistency > broken.consistency
+    assert (
+        circular_shift_robustness(flat, x, y, max_shift=1, seed=0).consistency > broken.consistency
+    )
 
 
 def test_crop_shifts_lose_content_at_the_border(digits: TrainingData) -> None:
@@ -164,7 +172,9 @@ def test_rgb_fill_and_bad_input() -> None:
     y = torch.zeros(8, dtype=torch.long)
     report = rotation_robustness(model, x, y, fill=(0.1, 0.2, 0.3))
     assert report.settings["fill"] == [0.1, 0.2, 0.3]
-    with pytest.raises(ValueError, match=r"rotation_robustness: expected labels of shape \(8,\), got \(7,\)"):
+    with pytest.raises(
+        ValueError, match=r"rotation_robustness: expected labels of shape \(8,\), got \(7,\)"
+    ):
         rotation_robustness(model, x, y[:7])
     with pytest.raises(ValueError, match="crop_shift_robustness: expected max_shift >= 0, got -1"):
         crop_shift_robustness(model, x, y, max_shift=-1)

@@ -41,7 +41,9 @@ TORUS = TorusTranslations(*GRID)
 BREAK_THRESHOLD = 1e-3  # far above the 1e-5 float32 tolerance
 
 
-def _tokens(batch: int, grid: tuple[int, int], dim: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def _tokens(
+    batch: int, grid: tuple[int, int], dim: int, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     return torch.randn(batch, grid[0] * grid[1], dim, dtype=dtype)
 
 
@@ -61,7 +63,7 @@ def _strong_bias(module: nn.Module) -> nn.Module:
 
 # ----------------------------------------------------------------------------- relative biases
 def test_circulant_bias_is_built_from_orbitals_and_is_invariant() -> None:
-    bias_module = _strong_bias(CirculantRelativeBias((3, 5), heads=2))
+    bias_module = _strong_bias(CirculantRelativeBias((3, 5), num_heads=2))
     assert bias_module.table.shape == (2, 15)  # one entry per translation orbital
     bias = bias_module()
     gset = GSet.grid(TorusTranslations(3, 5), 3, 5)
@@ -72,14 +74,16 @@ def test_circulant_bias_is_built_from_orbitals_and_is_invariant() -> None:
         assert torch.equal(moved, bias), g
     # bias[i, j] depends on (j − i) mod (h, w) only
     ys, xs = torch.meshgrid(torch.arange(3), torch.arange(5), indexing="ij")
-    offset = ((ys.reshape(-1)[None] - ys.reshape(-1)[:, None]) % 3) * 5 + (xs.reshape(-1)[None] - xs.reshape(-1)[:, None]) % 5
+    offset = ((ys.reshape(-1)[None] - ys.reshape(-1)[:, None]) % 3) * 5 + (
+        xs.reshape(-1)[None] - xs.reshape(-1)[:, None]
+    ) % 5
     for o in range(15):
         assert bias[:, offset == o].unique(dim=1).shape[1] == 1
     assert bias_module.contract(TorusTranslations(3, 5)).kind == Status.INVARIANT
 
 
 def test_clipped_bias_is_not_constant_on_orbitals() -> None:
-    bias = _strong_bias(ClippedRelativeBias(GRID, heads=1))()
+    bias = _strong_bias(ClippedRelativeBias(GRID, num_heads=1))()
     orbitals = GSet.grid(TORUS, *GRID).orbitals()
     assert any(bias[0][orbitals == o].unique().numel() > 1 for o in range(int(orbitals.max()) + 1))
     assert ClippedRelativeBias(GRID, 1).contract(TORUS).kind == Status.BROKEN
@@ -89,7 +93,9 @@ def test_counterexample_clipped_bias_breaks_attention_circulant_keeps_it(float_d
     x = _tokens(2, GRID, 8, float_dtype)
     circulant = _strong_bias(GlobalSelfAttention(8, 2, GRID, bias="circulant")).to(float_dtype)
     clipped = _strong_bias(GlobalSelfAttention(8, 2, GRID, bias="clipped")).to(float_dtype)
-    clipped.load_state_dict({k: v for k, v in circulant.state_dict().items() if "bias.table" not in k}, strict=False)
+    clipped.load_state_dict(
+        {k: v for k, v in circulant.state_dict().items() if "bias.table" not in k}, strict=False
+    )
     assert circulant.contract(TORUS).kind == Status.EQUIVARIANT
     assert_equivariant(circulant, x, TORUS)  # every one of the 16 translations
     contract = clipped.contract(TORUS)
@@ -140,7 +146,9 @@ def test_absolute_positional_encoding_breaks() -> None:
 def test_anchored_window_attention_is_equivariant(windows, window, shifted, bias, element) -> None:
     grid = (windows[0] * window, windows[1] * window)
     layer = _strong_bias(
-        WindowAttention(8, 2, grid, window, shift=window // 2 if shifted else 0, bias=bias, pre_norm=shifted)
+        WindowAttention(
+            8, 2, grid, window, shift=window // 2 if shifted else 0, bias=bias, pre_norm=shifted
+        )
     )
     group = TorusTranslations(*grid)
     x = _tokens(3, grid, 8)
@@ -174,16 +182,22 @@ def test_spatial_reduction_attention(pre_norm: bool, float_dtype) -> None:
     x = _tokens(2, grid, 8, float_dtype)
     anchored = SpatialReductionAttention(8, 2, grid, 4, pre_norm=pre_norm).to(float_dtype)
     assert_equivariant(anchored, x, group)  # all 64 shifts
-    plain = SpatialReductionAttention(8, 2, grid, 4, anchored=False, pre_norm=pre_norm).to(float_dtype)
+    plain = SpatialReductionAttention(8, 2, grid, 4, anchored=False, pre_norm=pre_norm).to(
+        float_dtype
+    )
     plain.load_state_dict(anchored.state_dict())
     assert plain.contract(group).kind == Status.BROKEN
     assert equivariance_error(plain, x, group).max_error > BREAK_THRESHOLD
     assert_equivariant(plain, x, TorusTranslations(2, 2, stride=4))
-    assert_equivariant(SpatialReductionAttention(8, 2, grid, 1, anchored=False).to(float_dtype), x, group)
+    assert_equivariant(
+        SpatialReductionAttention(8, 2, grid, 1, anchored=False).to(float_dtype), x, group
+    )
 
 
 # ----------------------------------------------------------------------------- patch embedding / merging
-def _check_coarse_equivariance(module: nn.Module, x: torch.Tensor, stride: int, out_grid, roll) -> float:
+def _check_coarse_equivariance(
+    module: nn.Module, x: torch.Tensor, stride: int, out_grid, roll
+) -> float:
     """Max error of module(roll(x, stride·t)) vs the token roll by t, over a few t."""
     y = module(x)
     worst = 0.0
@@ -198,7 +212,8 @@ def _error_up_to_token_rolls(module: nn.Module, x: torch.Tensor, shift, out_grid
     y, moved = module(x), module(roll(x, shift))
     best = min(
         (moved - _roll_tokens(y, out_grid, (a, b))).abs().max().item()
-        for a in range(out_grid[0]) for b in range(out_grid[1])
+        for a in range(out_grid[0])
+        for b in range(out_grid[1])
     )
     return best / y.abs().max().item()
 
@@ -211,7 +226,9 @@ def test_patch_embedding_anchored_plain_and_coarse_group() -> None:
     image = TorusTranslations(16, 16)
     anchored = PatchEmbedding(2, 8, 4, (16, 16))
     contract = anchored.contract(image)
-    assert contract.kind == Status.CANONICALIZING and contract.output_group == TorusTranslations(4, 4)
+    assert contract.kind == Status.CANONICALIZING and contract.output_group == TorusTranslations(
+        4, 4
+    )
     assert contract.output_type == TokenField((4, 4))
     x = torch.randn(1, 2, 16, 16)
     report = equivariance_error(anchored, x, image)  # up to the frame, all 256 shifts
@@ -224,7 +241,9 @@ def test_patch_embedding_anchored_plain_and_coarse_group() -> None:
     coarse = plain.contract(TorusTranslations(4, 4, stride=4))
     assert coarse.kind == Status.EQUIVARIANT and coarse.output_group == TorusTranslations(4, 4)
 
-    assert _check_coarse_equivariance(plain, torch.randn(3, 2, 16, 16), 4, (4, 4), roll_image) <= 1e-5
+    assert (
+        _check_coarse_equivariance(plain, torch.randn(3, 2, 16, 16), 4, (4, 4), roll_image) <= 1e-5
+    )
 
 
 def test_patch_merging_anchored_plain_and_coarse_group() -> None:
@@ -232,17 +251,27 @@ def test_patch_merging_anchored_plain_and_coarse_group() -> None:
     group = TorusTranslations(*grid)
     anchored = PatchMerging(4, 6, grid)
     contract = anchored.contract(group)
-    assert contract.kind == Status.CANONICALIZING and contract.output_group == TorusTranslations(4, 4)
+    assert contract.kind == Status.CANONICALIZING and contract.output_group == TorusTranslations(
+        4, 4
+    )
     x = _tokens(3, grid, 4)
-    assert equivariance_error(anchored, x, group).max_error == 0.0  # all 64 shifts, per-sample frames
+    assert (
+        equivariance_error(anchored, x, group).max_error == 0.0
+    )  # all 64 shifts, per-sample frames
     plain = PatchMerging(4, 6, grid, anchored=False)
     plain.load_state_dict(anchored.state_dict())
     assert plain.contract(group).kind == Status.BROKEN
-    assert _error_up_to_token_rolls(plain, x, (1, 0), (4, 4), lambda z, t: _roll_tokens(z, grid, t)) > BREAK_THRESHOLD
+    assert (
+        _error_up_to_token_rolls(plain, x, (1, 0), (4, 4), lambda z, t: _roll_tokens(z, grid, t))
+        > BREAK_THRESHOLD
+    )
     assert plain.contract(TorusTranslations(4, 4, stride=2)).kind == Status.EQUIVARIANT
-    assert _check_coarse_equivariance(
-        plain, _tokens(3, grid, 4), 2, (4, 4), lambda z, s: _roll_tokens(z, grid, s)
-    ) == 0.0
+    assert (
+        _check_coarse_equivariance(
+            plain, _tokens(3, grid, 4), 2, (4, 4), lambda z, s: _roll_tokens(z, grid, s)
+        )
+        == 0.0
+    )
 
 
 # ----------------------------------------------------------------------------- heads and blocks
@@ -255,9 +284,13 @@ def test_invariant_heads(float_dtype) -> None:
         assert head(x).shape == (3, 8)
         assert_equivariant(head, x, TORUS, output_type=InvariantField())
     with_cls = nn.Sequential(
-        ClassToken(8, grid), GlobalSelfAttention(8, 2, grid, bias="circulant", prefix=1), ClassTokenReadout(grid)
+        ClassToken(8, grid),
+        GlobalSelfAttention(8, 2, grid, bias="circulant", prefix=1),
+        ClassTokenReadout(grid),
     ).to(float_dtype)
-    assert_equivariant(with_cls, x, TORUS, input_type=TokenField(grid), output_type=InvariantField())
+    assert_equivariant(
+        with_cls, x, TORUS, input_type=TokenField(grid), output_type=InvariantField()
+    )
     assert ClassToken(8, grid).contract(TORUS).output_type == TokenField(grid, prefix=1)
     assert ClassTokenReadout(grid).contract(TORUS).kind == Status.INVARIANT
 
@@ -271,10 +304,18 @@ def test_transformer_block_and_chain_contract() -> None:
     assert_equivariant(block, _tokens(2, grid, 8), group, elements=[(1, 3), (5, 2)], exact=True)
     broken = TransformerBlock(8, WindowAttention(8, 2, grid, 4, anchored=False))
     contract = broken.contract(group)
-    assert contract.kind == Status.BROKEN and (contract.reason or "").startswith("attention: window attention")
+    assert contract.kind == Status.BROKEN and (contract.reason or "").startswith(
+        "attention: window attention"
+    )
     assert MLP(8, 16, grid=grid).contract(group).kind == Status.EQUIVARIANT
-    chain = chain_contract([("embed", PatchEmbedding(1, 8, 2, (16, 16))), ("block", block),
-                            ("pool", MeanPooling(grid))], TorusTranslations(16, 16))
+    chain = chain_contract(
+        [
+            ("embed", PatchEmbedding(1, 8, 2, (16, 16))),
+            ("block", block),
+            ("pool", MeanPooling(grid)),
+        ],
+        TorusTranslations(16, 16),
+    )
     assert chain.kind == Status.INVARIANT and chain.input_type == GridField()
     chain = chain_contract([("merge", PatchMerging(8, 8, grid))], group)
     assert chain.kind == Status.CANONICALIZING and chain.output_group == TorusTranslations(4, 4)
@@ -284,19 +325,31 @@ def test_transformer_block_and_chain_contract() -> None:
 
 # ----------------------------------------------------------------------------- bad input
 def test_layer_errors() -> None:
-    with pytest.raises(GroupError, match="WindowAttention: expected a grid divisible by window 4, got 30x30"):
+    with pytest.raises(
+        GroupError, match="WindowAttention: expected a grid divisible by window 4, got 30x30"
+    ):
         WindowAttention(8, 2, (30, 30), 4)
     with pytest.raises(GroupError, match=r"WindowAttention: expected a shift in \[0, 4\), got 4"):
         WindowAttention(8, 2, (8, 8), 4, shift=4)
-    with pytest.raises(GroupError, match=r"WindowAttention: expected tokens \(B, N=64, C=8\) over a 8x8 grid"):
+    with pytest.raises(
+        GroupError, match=r"WindowAttention: expected tokens \(B, N=64, C=8\) over a 8x8 grid"
+    ):
         WindowAttention(8, 2, (8, 8), 4)(torch.randn(2, 60, 8))
-    with pytest.raises(GroupError, match="GlobalSelfAttention: expected a width divisible by the number of heads 3, got 8"):
+    with pytest.raises(
+        GroupError,
+        match="GlobalSelfAttention: expected a width divisible by the number of heads 3, got 8",
+    ):
         GlobalSelfAttention(8, 3, (4, 4))
     with pytest.raises(GroupError, match=r"GlobalSelfAttention: expected tokens \(B, N=16, C=8\)"):
         GlobalSelfAttention(8, 2, (4, 4))(torch.randn(16, 8))
-    with pytest.raises(GroupError, match="SpatialReductionAttention: expected a grid divisible by reduction 3, got 8x8"):
+    with pytest.raises(
+        GroupError,
+        match="SpatialReductionAttention: expected a grid divisible by reduction 3, got 8x8",
+    ):
         SpatialReductionAttention(8, 2, (8, 8), 3)
-    with pytest.raises(GroupError, match="PatchEmbedding: expected an image size divisible by patch 5, got 32x32"):
+    with pytest.raises(
+        GroupError, match="PatchEmbedding: expected an image size divisible by patch 5, got 32x32"
+    ):
         PatchEmbedding(1, 8, 5, (32, 32))
     embed = PatchEmbedding(1, 8, 4, (32, 32))
     with pytest.raises(GroupError, match="PatchEmbedding: expected 1 input channels, got 3"):
@@ -305,15 +358,25 @@ def test_layer_errors() -> None:
         embed(torch.randn(2, 1, 30, 32))
     with pytest.raises(GroupError, match=r"PatchEmbedding: expected an image batch \(B, C, H, W\)"):
         embed(torch.randn(1, 32, 32))
-    with pytest.raises(GroupError, match="PatchMerging: expected a grid divisible by stride 2, got 5x4"):
+    with pytest.raises(
+        GroupError, match="PatchMerging: expected a grid divisible by stride 2, got 5x4"
+    ):
         PatchMerging(4, 8, (5, 4))
-    with pytest.raises(GroupError, match="ConvPositionalEncoding: expected padding_mode 'circular' or 'zeros'"):
+    with pytest.raises(
+        GroupError, match="ConvPositionalEncoding: expected padding_mode 'circular' or 'zeros'"
+    ):
         ConvPositionalEncoding(4, (4, 4), padding_mode="reflect")  # type: ignore[arg-type]
-    with pytest.raises(GroupError, match="ConvPositionalEncoding: expected an odd kernel size, got 4"):
+    with pytest.raises(
+        GroupError, match="ConvPositionalEncoding: expected an odd kernel size, got 4"
+    ):
         ConvPositionalEncoding(4, (4, 4), kernel_size=4)
-    with pytest.raises(GroupError, match=r"AbsolutePositionalEncoding: expected tokens \(B, N=16, C=4\)"):
+    with pytest.raises(
+        GroupError, match=r"AbsolutePositionalEncoding: expected tokens \(B, N=16, C=4\)"
+    ):
         AbsolutePositionalEncoding(4, (4, 4))(torch.randn(2, 16, 5))
-    with pytest.raises(GroupError, match="make_relative_bias: expected 'circulant', 'clipped' or None, got 'rope'"):
+    with pytest.raises(
+        GroupError, match="make_relative_bias: expected 'circulant', 'clipped' or None, got 'rope'"
+    ):
         make_relative_bias("rope", (4, 4), 2)  # type: ignore[arg-type]
     with pytest.raises(GroupError, match="CirculantRelativeBias: expected a grid"):
         CirculantRelativeBias(4, 2)  # type: ignore[arg-type]

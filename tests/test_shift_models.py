@@ -49,9 +49,13 @@ def test_baselines_break_and_name_the_first_offending_part(name: str) -> None:
     model = create(name, equivariant=False).eval()
     contract = model.contract(IMAGE)
     assert contract.kind == Status.BROKEN
-    assert (contract.reason or "").startswith("patch_embed: strided patch embedding without anchoring")
+    assert (contract.reason or "").startswith(
+        "patch_embed: strided patch embedding without anchoring"
+    )
     image = torch.randn(1, 1, 32, 32)
-    shifts = torch.cat([torch.roll(image, s, dims=(2, 3)) for s in [(0, 0), (1, 0), (0, 1), (3, 5)]])
+    shifts = torch.cat(
+        [torch.roll(image, s, dims=(2, 3)) for s in [(0, 0), (1, 0), (0, 1), (3, 5)]]
+    )
     with torch.no_grad():
         assert _max_relative_spread(model(shifts)) > 1e-3
 
@@ -65,13 +69,18 @@ def test_invariance_on_the_bundled_digits_and_the_l2_tie_pitfall() -> None:
             logits = model(digits)
             for shift in shifts:
                 moved = model(torch.roll(digits, shift, dims=(2, 3)))
-                assert ((moved - logits).abs().amax(1) / logits.abs().amax(1)).max() <= 1e-5, (name, shift)
+                assert ((moved - logits).abs().amax(1) / logits.abs().amax(1)).max() <= 1e-5, (
+                    name,
+                    shift,
+                )
     # The digits are bilinear x2 zooms: their stride-2 polyphase L2 norms tie exactly, so an
     # L2-anchored stride-2 patch embedding picks phases by rounding noise and breaks.
     model = create("swin", anchor_norm="l2", anchoring="layers").eval()
     with torch.no_grad():
         logits = model(digits)
-        worst = max((model(torch.roll(digits, s, dims=(2, 3))) - logits).abs().max().item() for s in shifts)
+        worst = max(
+            (model(torch.roll(digits, s, dims=(2, 3))) - logits).abs().max().item() for s in shifts
+        )
     assert worst / logits.abs().max().item() > 1e-3
 
 
@@ -79,7 +88,9 @@ def test_invariance_on_the_bundled_digits_and_the_l2_tie_pitfall() -> None:
 def test_input_anchoring_is_one_smoothed_anchor_and_plain_layers(name: str) -> None:
     strided = ("WindowAttention", "PatchMerging", "SpatialReductionAttention")
     model = create(name)
-    assert model.patch_embed.anchored and model.patch_embed.anchor_stride == 16  # lcm of the 8 and 16 px periods
+    assert (
+        model.patch_embed.anchored and model.patch_embed.anchor_stride == 16
+    )  # lcm of the 8 and 16 px periods
     assert not any(m.anchored for m in model.modules() if type(m).__name__ in strided)
     layers = create(name, anchoring="layers")
     assert layers.patch_embed.anchor_stride == 2
@@ -103,7 +114,9 @@ def test_input_anchoring_is_one_smoothed_anchor_and_plain_layers(name: str) -> N
 
 def test_models_in_float64_meet_the_float64_tolerance() -> None:
     image = torch.randn(1, 1, 32, 32, dtype=torch.float64)
-    shifts = torch.cat([torch.roll(image, s, dims=(2, 3)) for s in [(0, 0), (1, 0), (0, 1), (5, 3), (31, 17)]])
+    shifts = torch.cat(
+        [torch.roll(image, s, dims=(2, 3)) for s in [(0, 0), (1, 0), (0, 1), (5, 3), (31, 17)]]
+    )
     for name in NAMES:
         model = create(name).double().eval()
         with torch.no_grad():
@@ -112,7 +125,9 @@ def test_models_in_float64_meet_the_float64_tolerance() -> None:
 
 def test_vit_variants_pooling_and_positional_encodings() -> None:
     image = torch.randn(1, 1, 32, 32)
-    shifts = torch.cat([torch.roll(image, s, dims=(2, 3)) for s in [(0, 0), (1, 2), (7, 3), (30, 1)]])
+    shifts = torch.cat(
+        [torch.roll(image, s, dims=(2, 3)) for s in [(0, 0), (1, 2), (7, 3), (30, 1)]]
+    )
     for pool in ["attention", "cls"]:
         model = create("vit", pool=pool).eval()
         assert model.contract(IMAGE).kind == Status.INVARIANT
@@ -122,7 +137,9 @@ def test_vit_variants_pooling_and_positional_encodings() -> None:
     nn.init.normal_(absolute.positional.embedding)
     contract = absolute.contract(IMAGE)
     assert contract.kind == Status.BROKEN
-    assert contract.reason == "positional: absolute positional encoding is not translation-invariant"
+    assert (
+        contract.reason == "positional: absolute positional encoding is not translation-invariant"
+    )
     with torch.no_grad():
         assert _max_relative_spread(absolute(shifts)) > 1e-3
     clipped = create("vit", bias="clipped")
@@ -141,13 +158,21 @@ class _Features(nn.Sequential):
 
 @pytest.mark.parametrize(
     ("name", "options"),
-    [("vit", {}), ("swin", {}), ("twins", {}), ("swin", {"anchoring": "layers"}), ("twins", {"anchoring": "layers"})],
+    [
+        ("vit", {}),
+        ("swin", {}),
+        ("twins", {}),
+        ("swin", {"anchoring": "layers"}),
+        ("twins", {"anchoring": "layers"}),
+    ],
 )
 def test_feature_maps_move_with_the_input_up_to_the_frame(name: str, options: dict) -> None:
     model = create(name, **options).eval()
     features = _Features(list(model.named_children())[:-3])  # everything before norm, pool, head
     contract = features.contract(IMAGE)
-    assert contract.kind == Status.CANONICALIZING and contract.output_type == TokenField(model.pool.grid)
+    assert contract.kind == Status.CANONICALIZING and contract.output_type == TokenField(
+        model.pool.grid
+    )
     # anchored per layer (or with the patch size): the frame is any shift of the final grid;
     # anchored once at the input with stride S: a shift by a multiple of S pixels
     h, w = model.pool.grid
@@ -174,19 +199,27 @@ def test_registry_sizes_and_presets() -> None:
     assert sum(p.numel() for p in create("swin").parameters()) == sum(
         p.numel() for p in create("swin", equivariant=False).parameters()
     )
-    custom = create("swin", dims=24, depths=(2,), heads=3, window=8, patch=4, num_classes=4, in_channels=3)
+    custom = create(
+        "swin", dims=24, depths=(2,), num_heads=3, window_size=8, patch_size=4, num_classes=4, in_channels=3
+    )
     assert custom(torch.randn(2, 3, 32, 32)).shape == (2, 4)
     assert custom.contract(IMAGE).kind == Status.INVARIANT
 
 
 def test_model_configuration_and_input_errors() -> None:
-    with pytest.raises(GroupError, match="WindowAttention: expected a grid divisible by window 3, got 16x16"):
-        create("swin", window=3)
-    with pytest.raises(GroupError, match="PatchEmbedding: expected an image size divisible by patch 5, got 32x32"):
-        create("vit", patch=5)
+    with pytest.raises(
+        GroupError, match="WindowAttention: expected a grid divisible by window 3, got 16x16"
+    ):
+        create("swin", window_size=3)
+    with pytest.raises(
+        GroupError, match="PatchEmbedding: expected an image size divisible by patch 5, got 32x32"
+    ):
+        create("vit", patch_size=5)
     with pytest.raises(GroupError, match="ShiftTwins: expected 2 values of dims"):
         create("twins", dims=(16, 32, 64))
-    with pytest.raises(GroupError, match="ShiftViT: expected pool 'mean', 'attention' or 'cls', got 'max'"):
+    with pytest.raises(
+        GroupError, match="ShiftViT: expected pool 'mean', 'attention' or 'cls', got 'max'"
+    ):
         create("vit", pool="max")
     model = create("vit")
     with pytest.raises(GroupError, match="PatchEmbedding: expected 1 input channels, got 3"):

@@ -59,7 +59,9 @@ class AbsolutePosition(torch.nn.Module):
         return x + ramp
 
     def contract(self, group, input_type=None) -> Contract:
-        return Contract.breaks("absolute positional ramp is not translation-invariant", GridField(), GridField())
+        return Contract.breaks(
+            "absolute positional ramp is not translation-invariant", GridField(), GridField()
+        )
 
 
 class ShiftToMax(torch.nn.Module):
@@ -87,7 +89,9 @@ def test_equivariance_error_reports_every_element(float_dtype: torch.dtype) -> N
     assert len(infinite.errors) == 8
 
 
-def test_broken_function_fails_with_a_message_naming_the_worst_element(float_dtype: torch.dtype) -> None:
+def test_broken_function_fails_with_a_message_naming_the_worst_element(
+    float_dtype: torch.dtype,
+) -> None:
     x = torch.randn(1, 1, 5, 5, dtype=float_dtype)
     torus = TorusTranslations(5, 5)
     report = equivariance_error(AbsolutePosition(), x, torus)
@@ -95,7 +99,10 @@ def test_broken_function_fails_with_a_message_naming_the_worst_element(float_dty
     assert report.max_error > 1e-2
     worst = report.worst_element
     assert worst is not None and report.errors[worst] == report.max_error
-    with pytest.raises(AssertionError, match=rf"AbsolutePosition is not equivariant under T\(5x5\) in {float_dtype}: worst element T\(5x5\)\[\(\d, \d\)\] with relative error .* > tolerance") as info:
+    with pytest.raises(
+        AssertionError,
+        match=rf"AbsolutePosition is not equivariant under T\(5x5\) in {float_dtype}: worst element T\(5x5\)\[\(\d, \d\)\] with relative error .* > tolerance",
+    ) as info:
         assert_equivariant(AbsolutePosition(), x, torus)
     assert repr(worst) in str(info.value)
     assert "24 of 25 elements fail" in str(info.value)
@@ -122,7 +129,14 @@ def test_elements_subset_tolerance_and_exact() -> None:
     with pytest.raises(AssertionError):
         assert_equivariant(AbsolutePosition(), x, C4, tolerance=broken.max_error * 0.99)
     with pytest.raises(AssertionError, match=r"tolerance 0\.0e\+00"):
-        assert_equivariant(lambda t: t + 1e-13 * torch.rand_like(t), x, C4, exact=True, input_type=GridField(), output_type=GridField())
+        assert_equivariant(
+            lambda t: t + 1e-13 * torch.rand_like(t),
+            x,
+            C4,
+            exact=True,
+            input_type=GridField(),
+            output_type=GridField(),
+        )
 
 
 def test_up_to_frame_for_canonicalizing_contracts() -> None:
@@ -138,11 +152,15 @@ def test_up_to_frame_for_canonicalizing_contracts() -> None:
 
 def test_missing_types_and_bad_outputs_raise() -> None:
     x = torch.randn(1, 1, 4, 4)
-    with pytest.raises(GroupError, match="expected function to declare input and output field types for C4"):
+    with pytest.raises(
+        GroupError, match="expected function to declare input and output field types for C4"
+    ):
         equivariance_error(lambda t: t, x, C4)
     with pytest.raises(GroupError, match="expected the function to return a tensor, got str"):
         equivariance_error(lambda t: "no", x, C4, input_type=GridField(), output_type=GridField())
-    with pytest.raises(GroupError, match=r"relative_error: expected equal shapes, got \(2,\) and \(3,\)"):
+    with pytest.raises(
+        GroupError, match=r"relative_error: expected equal shapes, got \(2,\) and \(3,\)"
+    ):
         relative_error(torch.zeros(2), torch.zeros(3))
 
 
@@ -153,7 +171,9 @@ def test_relative_error_and_default_tolerance() -> None:
     assert default_tolerance(torch.float32) == 1e-5
 
 
-def test_float_dtype_fixture_runs_both_precisions(float_dtype: torch.dtype, request: pytest.FixtureRequest) -> None:
+def test_float_dtype_fixture_runs_both_precisions(
+    float_dtype: torch.dtype, request: pytest.FixtureRequest
+) -> None:
     assert float_dtype in (torch.float32, torch.float64)
     assert request.node.callspec.id in {"float32", "float64"}
     assert str(float_dtype).endswith(request.node.callspec.id)
@@ -174,7 +194,9 @@ def test_signals_strategy_shapes(data: st.DataObject) -> None:
     x = data.draw(signals(field, batch=2, channels=3, size=(2, 4), dtype=torch.float32))
     assert x.dtype == torch.float32 and x.shape[0] == 2
     if isinstance(field, GridField):
-        assert x.dim() == 4 and x.shape[1] == 3 and x.shape[2] == x.shape[3] and 2 <= x.shape[2] <= 4
+        assert (
+            x.dim() == 4 and x.shape[1] == 3 and x.shape[2] == x.shape[3] and 2 <= x.shape[2] <= 4
+        )
     elif isinstance(field, LiftedField):
         assert x.shape[1:3] == (3, 8)
     elif isinstance(field, TokenField):

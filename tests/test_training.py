@@ -281,8 +281,10 @@ def test_resume_without_checkpoint_file_starts_fresh(small_digits: TrainingData,
 
 
 def test_training_errors(small_digits: TrainingData, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="expected epochs >= 0, batch_size >= 1 and lr > 0"):
+    with pytest.raises(ValueError, match="expected epochs >= 0, batch_size >= 1 and a finite lr > 0"):
         TrainConfig(batch_size=0)
+    with pytest.raises(ValueError, match=r"a finite lr > 0, got .*lr=inf"):
+        TrainConfig(lr=float("inf"))
     with pytest.raises(ValueError, match="optimizer 'adamw' or 'sgd', got 'lbfgs'"):
         TrainConfig(optimizer="lbfgs")
     with pytest.raises(ValueError, match="schedule"):
@@ -296,8 +298,12 @@ def test_training_errors(small_digits: TrainingData, tmp_path: Path) -> None:
     torch.save({"weights": 1}, tmp_path / "foreign.pt")
     with pytest.raises(ValueError, match="expected a groupattn checkpoint"):
         load_checkpoint(tmp_path / "foreign.pt")
-    save_checkpoint(tmp_path / "deep" / "ok.pt", {"epoch": 0})
+    minimal = {"model": {}, "optimizer": {}, "scheduler": {}, "epoch": 0, "rng": [], "config": {}, "history": []}
+    save_checkpoint(tmp_path / "deep" / "ok.pt", minimal)
     assert load_checkpoint(tmp_path / "deep" / "ok.pt")["epoch"] == 0
+    save_checkpoint(tmp_path / "partial.pt", {"epoch": 0})
+    with pytest.raises(ValueError, match="got none for model, optimizer"):
+        load_checkpoint(tmp_path / "partial.pt")
 
 
 def test_sgd_and_constant_schedule(small_digits: TrainingData) -> None:
@@ -392,7 +398,7 @@ def test_train_command_puts_the_digits_on_the_model_canvas(capsys: pytest.Captur
     assert data.input_shape == (1, 20, 20)
     full = load_training_data("digits", limit=8)
     torch.testing.assert_close(data.train_images, full.train_images[..., 6:26, 6:26])  # same glyphs, smaller rim
-    argv = ["train", "--model", "gsa", "--model-arg", "channels=4", "--limit", "16", "--epochs", "1", "--no-progress"]
+    argv = ["train", "--model", "gsa", "--model-arg", "dim=4", "--limit", "16", "--epochs", "1", "--no-progress"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "rotation consistency   100.00%" in out and "logits under p4(20x20)" in out

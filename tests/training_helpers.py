@@ -49,7 +49,9 @@ class PixelwiseInvariant(nn.Module):
 
     def __init__(self, channels: int = 6, num_classes: int = 10) -> None:
         super().__init__()
-        self.features = nn.Sequential(nn.Conv2d(1, channels, 1), nn.ReLU(), nn.Conv2d(channels, channels, 1))
+        self.features = nn.Sequential(
+            nn.Conv2d(1, channels, 1), nn.ReLU(), nn.Conv2d(channels, channels, 1)
+        )
         self.head = nn.Linear(2 * channels, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -72,7 +74,11 @@ class FlattenBaseline(nn.Module):
         return self.head(torch.relu(self.conv(x)).flatten(1))
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
-        return Contract.breaks("a linear layer on the flattened map sees absolute positions", GridField(), InvariantField())
+        return Contract.breaks(
+            "a linear layer on the flattened map sees absolute positions",
+            GridField(),
+            InvariantField(),
+        )
 
 
 def invariant_cnn(**kwargs: Any) -> nn.Module:
@@ -85,11 +91,18 @@ def flatten_baseline(**kwargs: Any) -> nn.Module:
     return FlattenBaseline(**kwargs)
 
 
-def ddp_worker(rank: int, world_size: int, port: int, out_dir: str, config_kwargs: dict[str, Any]) -> None:
+def ddp_worker(
+    rank: int, world_size: int, port: int, out_dir: str, config_kwargs: dict[str, Any]
+) -> None:
     """One rank of the DDP test: train InvariantCNN on 64 digits, rank 0 saves the parameters."""
     os.environ.update(
-        {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-         "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank)}
+        {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world_size),
+            "LOCAL_RANK": str(rank),
+        }
     )
     torch.set_num_threads(1)
     from groupattn.training import (
@@ -107,6 +120,9 @@ def ddp_worker(rank: int, world_size: int, port: int, out_dir: str, config_kwarg
         model = InvariantCNN()
         result = train(model, data, TrainConfig(progress=False, **config_kwargs), context)
         if context.is_main:
-            torch.save({"model": model.state_dict(), "history": result.history}, os.path.join(out_dir, "ddp.pt"))
+            torch.save(
+                {"model": model.state_dict(), "history": result.history},
+                os.path.join(out_dir, "ddp.pt"),
+            )
     finally:
         teardown_distributed(context)

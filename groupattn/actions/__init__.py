@@ -1,8 +1,8 @@
 """Actions: how groups move coordinates, token sets (G-sets) and tensors (field types).
 
 Field types are also the library's input validation: ``FieldType.check(x, module,
-channels=...)`` raises a :class:`~groupattn.groups.GroupError` naming the module, the
-expected layout and the actual shape, and :func:`check_grid` validates a grid argument.
+channels=...)`` raises a [`GroupError`][groupattn.groups.GroupError] naming the module, the
+expected layout and the actual shape, and [`check_grid`][groupattn.actions.check_grid] validates a grid argument.
 """
 
 from ._fields import (

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .._errors import ConfigurationError, ShapeError
 from ..groups import Group, GroupError, PermutationGroup, PointGroup, TorusTranslations
 from ._representations import Representation
 from ._spatial import check_grid_size, embed_point_element, spatial_element, transform_grid
@@ -28,8 +29,8 @@ __all__ = [
 ]
 
 
-def _shape_error(module: str, expected: str, x: torch.Tensor) -> GroupError:
-    return GroupError(f"{module}: expected {expected}, got a tensor of shape {tuple(x.shape)}")
+def _shape_error(module: str, expected: str, x: torch.Tensor) -> ShapeError:
+    return ShapeError(f"{module}: expected {expected}, got a tensor of shape {tuple(x.shape)}")
 
 
 def _channels_label(channels: int | None) -> str:
@@ -51,7 +52,7 @@ def _check_channel_count(channels: Any) -> int | None:
     except TypeError:
         width = 0
     if isinstance(channels, bool) or width < 1:
-        raise GroupError(f"FieldType.check: expected channels as an int >= 1 or None, got {channels!r}")
+        raise ConfigurationError(f"FieldType.check: expected channels as an int >= 1 or None, got {channels!r}")
     return width
 
 
@@ -72,7 +73,7 @@ def check_grid(grid: Any, module: str = "check_grid") -> tuple[int, int]:
 
     Raises
     ------
-    GroupError
+    ConfigurationError
         Naming ``module``, if ``grid`` is not a pair of positive integers, e.g.
         ``"WindowAttention: expected a grid (height, width) of positive ints, got (0, 4)"``.
 
@@ -84,9 +85,9 @@ def check_grid(grid: Any, module: str = "check_grid") -> tuple[int, int]:
     try:
         height, width = (int(grid[0]), int(grid[1]))
     except (TypeError, IndexError, ValueError):
-        raise GroupError(f"{module}: expected a grid (height, width), got {grid!r}") from None
+        raise ConfigurationError(f"{module}: expected a grid (height, width), got {grid!r}") from None
     if height < 1 or width < 1 or len(grid) != 2:
-        raise GroupError(f"{module}: expected a grid (height, width) of positive ints, got {grid!r}")
+        raise ConfigurationError(f"{module}: expected a grid (height, width) of positive ints, got {grid!r}")
     return height, width
 
 
@@ -130,13 +131,13 @@ def torus_stride(group: Group, grid: tuple[int, int]) -> int | None:
 class FieldType:
     """Base class: how a group acts on a tensor of a given layout.
 
-    Subclasses implement :meth:`act` and :meth:`check`. Field types are immutable and
+    Subclasses implement [`act`][groupattn.actions.FieldType.act] and [`check`][groupattn.actions.FieldType.check]. Field types are immutable and
     compare by value, so the checker can compare the type a module produces with the
     type the next module expects.
 
-    :meth:`check` is the library's one way to validate a module's input: every layer
+    [`check`][groupattn.actions.FieldType.check] is the library's one way to validate a module's input: every layer
     checks its input with ``in_type.check(x, "LayerName", channels=width)`` (directly
-    or through :class:`~groupattn.contracts.EquivariantModule`), so a wrong rank, token
+    or through [`EquivariantModule`][groupattn.contracts.EquivariantModule]), so a wrong rank, token
     count or channel count raises the same kind of message everywhere. A subclass
     implements ``check(x, module)``, and may accept the ``channels`` keyword too.
     """
@@ -146,12 +147,12 @@ class FieldType:
         raise NotImplementedError
 
     def check(self, x: torch.Tensor, module: str = "FieldType") -> None:
-        """Raise :class:`GroupError` unless ``x`` fits this layout.
+        """Raise [`ShapeError`][groupattn.ShapeError] unless ``x`` fits this layout.
 
         The message reads ``"{module}: expected {layout}, got a tensor of shape
         {shape}"``, naming the module whose input ``x`` is. The library's field types
-        (:class:`GridField`, :class:`LiftedField`, :class:`TokenField`,
-        :class:`GSetField`, :class:`SetField`, :class:`InvariantField`) also take a
+        ([`GridField`][groupattn.actions.GridField], [`LiftedField`][groupattn.actions.LiftedField], [`TokenField`][groupattn.actions.TokenField],
+        [`GSetField`][groupattn.actions.GSetField], [`SetField`][groupattn.actions.SetField], [`InvariantField`][groupattn.actions.InvariantField]) also take a
         keyword ``channels``: the channel width the module needs when the type does not
         state it (plain, trivial channels); ``None`` accepts any width.
         """
@@ -173,7 +174,7 @@ def _apply_channels(
     if channels is None:
         return x
     if x.shape[axis] != channels.dim:
-        raise GroupError(
+        raise ShapeError(
             f"FieldType: expected {channels.dim} channels for {channels!r}, got {x.shape[axis]}"
         )
     return channels.apply(group, g, x, axis)
@@ -189,7 +190,7 @@ class InvariantField(FieldType):
         return x
 
     def check(self, x: torch.Tensor, module: str = "InvariantField", *, channels: int | None = None) -> None:
-        """Raise :class:`GroupError` unless ``x`` is ``(B, ...)`` (``(B, C=channels, ...)`` if given)."""
+        """Raise [`ShapeError`][groupattn.ShapeError] unless ``x`` is ``(B, ...)`` (``(B, C=channels, ...)`` if given)."""
         channels = _check_channel_count(channels)
         if channels is None:
             if x.dim() < 1:
@@ -222,7 +223,7 @@ class GridField(FieldType):
         return _apply_channels(self.channels, group, g, y, 1)
 
     def check(self, x: torch.Tensor, module: str = "GridField", *, channels: int | None = None) -> None:
-        """Raise :class:`GroupError` unless ``x`` is an image batch ``(B, C, H, W)`` (``C = channels`` if given)."""
+        """Raise [`ShapeError`][groupattn.ShapeError] unless ``x`` is an image batch ``(B, C, H, W)`` (``C = channels`` if given)."""
         channels = _check_channel_count(channels)
         if x.dim() != 4 or (channels is not None and x.shape[1] != channels):
             raise _shape_error(module, f"an image batch (B, {_channels_label(channels)}, H, W)", x)
@@ -235,7 +236,7 @@ class GridField(FieldType):
 class LiftedField(FieldType):
     """Fields over position × point group, ``(B, C, |H|, H, W)``.
 
-    ``g = (t, h)`` moves the spatial axes like :class:`GridField` and permutes the group
+    ``g = (t, h)`` moves the spatial axes like [`GridField`][groupattn.actions.GridField] and permutes the group
     axis by the left-regular representation: ``(g·f)(x, k) = f(g⁻¹x, h⁻¹k)``.
 
     Parameters
@@ -251,7 +252,7 @@ class LiftedField(FieldType):
 
     def __post_init__(self) -> None:
         if not isinstance(self.point_group, PointGroup):
-            raise GroupError(f"LiftedField: expected a point group, got {self.point_group!r}")
+            raise ConfigurationError(f"LiftedField: expected a point group, got {self.point_group!r}")
 
     def group_axis_permutation(self, group: Group, g: Any) -> torch.Tensor:
         """``src`` such that ``out[:, :, j] = in[:, :, src[j]]`` on the group axis."""
@@ -273,7 +274,7 @@ class LiftedField(FieldType):
         return _apply_channels(self.channels, group, g, y, 1)
 
     def check(self, x: torch.Tensor, module: str = "LiftedField", *, channels: int | None = None) -> None:
-        """Raise :class:`GroupError` unless ``x`` is ``(B, C, |H|, H, W)`` (``C = channels`` if given)."""
+        """Raise [`ShapeError`][groupattn.ShapeError] unless ``x`` is ``(B, C, |H|, H, W)`` (``C = channels`` if given)."""
         channels = _check_channel_count(channels)
         n = self.point_group.order()
         if x.dim() != 5 or x.shape[2] != n or (channels is not None and x.shape[1] != channels):
@@ -291,7 +292,7 @@ class TokenField(FieldType):
     ``N = prefix + |H|·h·w``: ``prefix`` invariant tokens (e.g. a class token) come
     first, then the grid tokens in ``(k, y, x)`` order, where ``k`` indexes the optional
     point-group axis ``point_group`` (lifted tokens). Grid tokens move like
-    :class:`GridField` (or :class:`LiftedField`).
+    [`GridField`][groupattn.actions.GridField] (or [`LiftedField`][groupattn.actions.LiftedField]).
     """
 
     grid: tuple[int, int] = (1, 1)
@@ -323,7 +324,7 @@ class TokenField(FieldType):
         return _apply_channels(self.channels, group, g, out, 2)
 
     def check(self, x: torch.Tensor, module: str = "TokenField", *, channels: int | None = None) -> None:
-        """Raise :class:`GroupError` unless ``x`` is ``(B, N, C)`` with ``N = num_tokens`` (``C = channels`` if given)."""
+        """Raise [`ShapeError`][groupattn.ShapeError] unless ``x`` is ``(B, N, C)`` with ``N = num_tokens`` (``C = channels`` if given)."""
         channels = _check_channel_count(channels)
         if x.dim() != 3 or x.shape[1] != self.num_tokens or (channels is not None and x.shape[2] != channels):
             raise _shape_error(
@@ -349,11 +350,11 @@ def _is_trivial(channels: Representation | None) -> bool:
 class GSetField(FieldType):
     """Tokens ``(B, N, C)`` whose token axis is moved through a finite G-set.
 
-    The general token layout: ``gset`` is any :class:`~groupattn.actions.GSet` — a
-    permutation group on its points (:meth:`GSet.natural`), the nodes of a graph under
+    The general token layout: ``gset`` is any [`GSet`][groupattn.actions.GSet] — a
+    permutation group on its points ([`GSet.natural`][groupattn.actions.GSet.natural]), the nodes of a graph under
     its automorphisms, the cells of a hexagonal grid, a product group, a user's own
-    :class:`~groupattn.groups.FiniteGroup` subclass, or the pixels of a torus
-    (:meth:`GSet.grid`). Element ``g`` sends token ``i`` to position
+    [`FiniteGroup`][groupattn.groups.FiniteGroup] subclass, or the pixels of a torus
+    ([`GSet.grid`][groupattn.actions.GSet.grid]). Element ``g`` sends token ``i`` to position
     ``gset.permutation(g)[i]``:
 
     ``(g·x)[:, perm[i]] = ρ(g) x[:, i]``
@@ -376,7 +377,7 @@ class GSetField(FieldType):
     Raises
     ------
     GroupError
-        At construction if ``gset`` is not a ``GSet``; in :meth:`act` for another
+        At construction if ``gset`` is not a ``GSet``; in [`act`][groupattn.actions.FieldType.act] for another
         group than the G-set's, an invalid element, or a tensor that is not
         ``(B, N, C)`` (with ``C = channels.dim`` when channels are given).
 
@@ -398,7 +399,7 @@ class GSetField(FieldType):
         from ._gset import GSet
 
         if not isinstance(self.gset, GSet):
-            raise GroupError(f"{type(self).__name__}: expected a GSet, got {self.gset!r}")
+            raise ConfigurationError(f"{type(self).__name__}: expected a GSet, got {self.gset!r}")
 
     # ------------------------------------------------------------------ value semantics
     def _key(self) -> Any:
@@ -472,7 +473,7 @@ class GSetField(FieldType):
         return f"tokens (B, N={self.num_points}, {c}) of {self.gset.name}"
 
     def check(self, x: torch.Tensor, module: str | None = None, *, channels: int | None = None) -> None:
-        """Raise :class:`GroupError` unless ``x`` is ``(B, N, C)`` with ``N = num_points``.
+        """Raise [`ShapeError`][groupattn.ShapeError] unless ``x`` is ``(B, N, C)`` with ``N = num_points``.
 
         ``C`` must be ``channels.dim`` of the type's representation, and ``channels``
         when given.
@@ -493,10 +494,10 @@ class GSetField(FieldType):
 class SetField(GSetField):
     """Token sets ``(B, N, C)`` acted on by a permutation group of the ``N`` tokens.
 
-    The case of :class:`GSetField` whose G-set is the *natural* action
-    (:meth:`GSet.natural`) of whichever :class:`~groupattn.groups.PermutationGroup` of
+    The case of [`GSetField`][groupattn.actions.GSetField] whose G-set is the *natural* action
+    ([`GSet.natural`][groupattn.actions.GSet.natural]) of whichever [`PermutationGroup`][groupattn.groups.PermutationGroup] of
     degree ``N`` acts: token ``i`` moves to position ``perm[i]`` for the element's
-    permutation ``perm``. Unlike :class:`GSetField` it does not fix the group in
+    permutation ``perm``. Unlike [`GSetField`][groupattn.actions.GSetField] it does not fix the group in
     advance (any permutation group of degree ``N``: ``S_N``, a graph's automorphisms, a
     group given by generator permutations).
 
@@ -510,7 +511,7 @@ class SetField(GSetField):
     Raises
     ------
     GroupError
-        In :meth:`act` for a group that is not a permutation group of degree ``N``, or a
+        In [`act`][groupattn.actions.FieldType.act] for a group that is not a permutation group of degree ``N``, or a
         tensor that is not ``(B, N, C)``.
     """
 

@@ -57,16 +57,16 @@ class GSet:
     (point ``i`` goes first to ``permutation(h)[i]``, then to
     ``permutation(g)[permutation(h)[i]]``), and the identity maps to ``arange(n)``.
     Orbits and orbitals are computed from the generators alone (union–find), so they
-    work for large groups; :meth:`stabilizer` lists the group.
+    work for large groups; [`stabilizer`][groupattn.actions.GSet.stabilizer] lists the group.
 
     **Validation.** The map is checked lazily, on first use (the first call of
-    :meth:`permutation`, :meth:`orbits`, :meth:`orbitals` or :meth:`stabilizer`), or
-    eagerly by calling :meth:`validate`: every generator must map to a permutation of
+    [`permutation`][groupattn.actions.GSet.permutation], [`orbits`][groupattn.actions.GSet.orbits], [`orbitals`][groupattn.actions.GSet.orbitals] or [`stabilizer`][groupattn.actions.GSet.stabilizer]), or
+    eagerly by calling [`validate`][groupattn.actions.GSet.validate]: every generator must map to a permutation of
     ``range(n)``, the identity to the identity, and the map must respect products —
     ``permutation(g · h) == permutation(g)[permutation(h)]`` for every pair of
     generators and for a few seeded random elements. Every later call of
-    :meth:`permutation` still checks that its result is a permutation of ``range(n)``.
-    Any failure raises :class:`~groupattn.groups.GroupError` naming the G-set, what was
+    [`permutation`][groupattn.actions.GSet.permutation] still checks that its result is a permutation of ``range(n)``.
+    Any failure raises [`GroupError`][groupattn.groups.GroupError] naming the G-set, what was
     expected and what was got.
 
     Parameters
@@ -78,14 +78,14 @@ class GSet:
     permutation_fn
         ``g ↦ permutation`` as a sequence or integer tensor of length ``n``
         (``perm[i]`` is where point ``i`` goes); it receives a
-        :class:`~groupattn.groups.GroupElement` of ``group``.
+        [`GroupElement`][groupattn.groups.GroupElement] of ``group``.
     name
         Display name, used in error messages.
 
     Raises
     ------
     GroupError
-        If ``group`` is not a :class:`~groupattn.groups.Group`, ``num_points`` is not a
+        If ``group`` is not a [`Group`][groupattn.groups.Group], ``num_points`` is not a
         non-negative int or ``permutation_fn`` is not callable.
     """
 
@@ -118,7 +118,7 @@ class GSet:
         Raises
         ------
         GroupError
-            If ``group`` is not a :class:`~groupattn.groups.PermutationGroup` (other
+            If ``group`` is not a [`PermutationGroup`][groupattn.groups.PermutationGroup] (other
             groups have no natural set of points: build their action with
             ``GSet(group, n, permutation_fn)``).
         """
@@ -187,7 +187,7 @@ class GSet:
         Raises
         ------
         GroupError
-            If ``point_group`` is not a :class:`~groupattn.groups.PointGroup`.
+            If ``point_group`` is not a [`PointGroup`][groupattn.groups.PointGroup].
         """
         if not isinstance(point_group, PointGroup):
             raise GroupError(
@@ -205,7 +205,7 @@ class GSet:
         Raises
         ------
         GroupError
-            If ``g`` is not an element of the group, the map fails :meth:`validate`, or
+            If ``g`` is not an element of the group, the map fails [`validate`][groupattn.actions.GSet.validate], or
             its value for ``g`` is not a permutation of ``range(n)``.
         """
         e = self.group.element(g)
@@ -306,11 +306,10 @@ class GSet:
         return int(self.orbits().max()) + 1 if self.num_points else 0
 
     def stabilizer(self, point: int) -> list[GroupElement]:
-        """All elements fixing ``point``, in :meth:`~groupattn.groups.FiniteGroup.elements` order.
+        """All elements fixing ``point``, in [`elements`][groupattn.groups.FiniteGroup.elements] order.
 
         Needs a finite group whose elements can be listed (for a permutation group
-        acting naturally, :meth:`PermutationGroup.stabilizer
-        <groupattn.groups.PermutationGroup.stabilizer>` gives the stabiliser as a group
+        acting naturally, [`PermutationGroup.stabilizer`][groupattn.groups.PermutationGroup.stabilizer] gives the stabiliser as a group
         without listing it).
         """
         if not isinstance(self.group, FiniteGroup):

@@ -29,7 +29,7 @@ INTERTWINER_TOLERANCE = 1e-9
 """Relative tolerance of the null-space solve (eigenvalues ≤ tol · max(1, λ_max) count as zero)."""
 
 #: The largest ``dim_out · dim_in`` solved for (the Gram matrix is that size squared);
-#: larger problems are refused with :class:`~groupattn.groups.GroupError`.
+#: larger problems are refused with ``GroupError``.
 INTERTWINER_BUDGET = 4096
 """The largest ``dim_out · dim_in`` solved for; larger problems raise ``GroupError``."""
 
@@ -39,7 +39,7 @@ _stats = {"hits": 0, "misses": 0}
 
 
 class IntertwinerCacheInfo(NamedTuple):
-    """Counters of the :func:`intertwiner_basis` cache."""
+    """Counters of the [`intertwiner_basis`][groupattn.actions.intertwiner_basis] cache."""
 
     hits: int
     misses: int
@@ -47,12 +47,12 @@ class IntertwinerCacheInfo(NamedTuple):
 
 
 def intertwiner_cache_info() -> IntertwinerCacheInfo:
-    """Hits, misses and current size of the :func:`intertwiner_basis` cache."""
+    """Hits, misses and current size of the [`intertwiner_basis`][groupattn.actions.intertwiner_basis] cache."""
     return IntertwinerCacheInfo(_stats["hits"], _stats["misses"], len(_cache))
 
 
 def clear_intertwiner_cache() -> None:
-    """Empty the :func:`intertwiner_basis` cache and reset its counters."""
+    """Empty the [`intertwiner_basis`][groupattn.actions.intertwiner_basis] cache and reset its counters."""
     _cache.clear()
     _stats["hits"] = _stats["misses"] = 0
 
@@ -129,7 +129,7 @@ def intertwiner_basis(
     generators: the constraints ``(ρ_out(s) ⊗ I − I ⊗ ρ_in(s)ᵀ) vec(W) = 0`` for every
     generator ``s`` are solved once as the null space of their Gram matrix
     ``Σ_s C_sᵀ C_s`` with ``torch.linalg.eigh`` in float64 (eigenvalues at most
-    ``tol · max(1, λ_max)`` count as zero; see :data:`INTERTWINER_TOLERANCE`). When
+    ``tol · max(1, λ_max)`` count as zero; see [`INTERTWINER_TOLERANCE`][groupattn.actions.INTERTWINER_TOLERANCE]). When
     every generator acts by permutation matrices on both sides (trivial, regular,
     permutation representations and their direct sums), the basis is instead the
     normalised indicator matrices of the orbits of the group on (output, input) index
@@ -140,13 +140,13 @@ def intertwiner_basis(
     representation's group, e.g. p4 acting on a C4 representation, works, and a
     trivial representation needs no group). Results are cached by
     ``(rep_in, rep_out, group, tol)`` (LRU, 256 entries; see
-    :func:`intertwiner_cache_info`, :func:`clear_intertwiner_cache`), so layers that
+    [`intertwiner_cache_info`][groupattn.actions.intertwiner_cache_info], [`clear_intertwiner_cache`][groupattn.actions.clear_intertwiner_cache]), so layers that
     repeat a pair of representations solve once; a fresh copy is returned each time.
 
     Parameters
     ----------
     rep_in, rep_out
-        :class:`~groupattn.actions.Representation` objects of ``group`` (or of a group
+        [`Representation`][groupattn.actions.Representation] objects of ``group`` (or of a group
         ``group`` restricts to).
     group
         The group imposing the constraints (only its generators are used).
@@ -163,7 +163,7 @@ def intertwiner_basis(
     ------
     GroupError
         If an argument has the wrong type, a representation's matrix has the wrong
-        shape, or ``dim_out · dim_in`` exceeds :data:`INTERTWINER_BUDGET`.
+        shape, or ``dim_out · dim_in`` exceeds [`INTERTWINER_BUDGET`][groupattn.actions.INTERTWINER_BUDGET].
 
     Examples
     --------

@@ -26,7 +26,7 @@ __all__ = [
 class Representation:
     """A representation ``ρ`` of a group on the channel axis: ``g`` ↦ a ``dim × dim`` matrix.
 
-    Subclasses implement :meth:`matrix`. ``is_permutation`` says whether every matrix
+    Subclasses implement [`matrix`][groupattn.actions.Representation.matrix]. ``is_permutation`` says whether every matrix
     is a permutation (then the action is exact in any dtype). A representation is a
     homomorphism: ``matrix(g · h) == matrix(g) @ matrix(h)``, and a vector ``v`` of
     ``dim`` channels transforms as ``v ↦ matrix(g) @ v``.
@@ -44,7 +44,7 @@ class Representation:
         """The ``(dim, dim)`` matrix of an element ``g`` of ``group`` (restricted if needed).
 
         ``group`` may be this representation's group or one that acts through it (see
-        :meth:`restrict`); a representation without a group (trivial) gives the identity.
+        [`restrict`][groupattn.actions.Representation.restrict]); a representation without a group (trivial) gives the identity.
         """
         if self.group is None:
             return torch.eye(self.dim, dtype=dtype)
@@ -175,7 +175,7 @@ class MatrixRepresentation(Representation):
     """A representation given by a function ``g ↦ matrix`` (e.g. wrapping escnn's).
 
     The function must be a homomorphism (``matrix_fn(g·h) = matrix_fn(g) @
-    matrix_fn(h)``); :func:`~groupattn.actions.intertwiner_basis` and the layers using it
+    matrix_fn(h)``); [`intertwiner_basis`][groupattn.actions.intertwiner_basis] and the layers using it
     trust it.
 
     Parameters
@@ -232,7 +232,7 @@ class DirectSumRepresentation(Representation):
     Raises
     ------
     GroupError
-        If a summand is not a :class:`Representation` or two summands' groups differ.
+        If a summand is not a [`Representation`][groupattn.actions.Representation] or two summands' groups differ.
     """
 
     def __init__(self, representations: Sequence[Representation]) -> None:
@@ -285,7 +285,7 @@ class PermutationRepresentation(Representation):
     Parameters
     ----------
     gset
-        A :class:`~groupattn.actions.GSet`.
+        A [`GSet`][groupattn.actions.GSet].
     """
 
     is_permutation = True

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from ..groups import GroupError, PointGroup
+from .._errors import ConfigurationError, ShapeError
+from ..groups import PointGroup
 
 __all__ = ["gaussian_mixture_image", "rotate_image", "rotate_lifted"]
 
@@ -27,7 +28,7 @@ def _center(height: int, width: int) -> tuple[float, float]:
 def rotate_image(x: torch.Tensor, angle: float) -> torch.Tensor:
     """Rotate images about their centre by ``angle`` radians (bilinear, zeros outside).
 
-    The sense matches :func:`groupattn.groups.real_matrix` and ``torch.rot90``: the
+    The sense matches [`groupattn.groups.real_matrix`][groupattn.groups.real_matrix] and ``torch.rot90``: the
     result is ``out(p) = x(R(−angle)(p − c) + c)`` on ``(y, x)`` coordinates, so
     ``angle = π/2`` reproduces ``torch.rot90(x, 1, (-2, -1))`` exactly at the pixels.
 
@@ -44,7 +45,7 @@ def rotate_image(x: torch.Tensor, angle: float) -> torch.Tensor:
         Same shape as ``x``.
     """
     if x.dim() < 2 or not x.is_floating_point():
-        raise GroupError(f"rotate_image: expected a floating tensor (..., H, W), got {x.dtype} {tuple(x.shape)}")
+        raise ShapeError(f"rotate_image: expected a floating tensor (..., H, W), got {x.dtype} {tuple(x.shape)}")
     lead, (h, w) = x.shape[:-2], x.shape[-2:]
     cy, cx = _center(h, w)
     ys, xs = torch.meshgrid(
@@ -64,12 +65,12 @@ def rotate_image(x: torch.Tensor, angle: float) -> torch.Tensor:
 def rotate_lifted(x: torch.Tensor, point_group: PointGroup, rotation: int) -> torch.Tensor:
     """Act on a lifted field ``(B, C, |H|, H, W)`` by the rotation ``rotation`` of a cyclic ``H``.
 
-    Spatial axes are rotated by ``2π·rotation/n`` with :func:`rotate_image` and the group
+    Spatial axes are rotated by ``2π·rotation/n`` with [`rotate_image`][groupattn.actions.rotate_image] and the group
     axis is rolled by ``rotation`` (the left-regular action of a cyclic group).
     """
     n = point_group.order()
     if x.dim() != 5 or x.shape[2] != n or point_group.n != n:
-        raise GroupError(
+        raise ShapeError(
             f"rotate_lifted: expected a lifted field (B, C, |{point_group.name}|={n}, H, W) of a cyclic group, "
             f"got shape {tuple(x.shape)}"
         )
@@ -97,7 +98,7 @@ def gaussian_mixture_image(
         ``(size, size)``.
     """
     if not (len(centers) == len(widths) == len(weights)):
-        raise GroupError(
+        raise ConfigurationError(
             f"gaussian_mixture_image: expected as many centres, widths and weights, got "
             f"{len(centers)}, {len(widths)}, {len(weights)}"
         )

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from .._errors import ShapeError
 from ..groups import (
     CyclicGroup,
     DihedralGroup,
@@ -72,7 +73,7 @@ def point_group_of(group: Group) -> PointGroup | None:
 
 
 def spatial_element(group: Group, g: Any) -> SpatialElement:
-    """Split ``g`` into its translation and point-group parts (see :class:`SpatialElement`)."""
+    """Split ``g`` into its translation and point-group parts (see [`SpatialElement`][groupattn.actions.SpatialElement])."""
     e = group.element(g)
     if isinstance(group, TorusTranslations):
         s = group.stride
@@ -130,7 +131,7 @@ def check_grid_size(group: Group, height: int, width: int, module: str = "groupa
     elif isinstance(group, RotoTranslationGroup) and group.size is not None:
         expected = (group.size, group.size)
     if expected is not None and expected != (height, width):
-        raise GroupError(
+        raise ShapeError(
             f"{module}: expected a {expected[0]}x{expected[1]} grid for {group.name}, "
             f"got {height}x{width}"
         )
@@ -147,7 +148,7 @@ def transform_grid(x: torch.Tensor, element: SpatialElement, module: str = "grou
     x
         Tensor of shape ``(..., H, W)``.
     element
-        From :func:`spatial_element`.
+        From [`spatial_element`][groupattn.actions.spatial_element].
 
     Raises
     ------
@@ -163,7 +164,7 @@ def transform_grid(x: torch.Tensor, element: SpatialElement, module: str = "grou
             )
         quarter = pg.rotation(element.point) * (4 // pg.n) % 4
         if quarter % 2 == 1 and x.shape[-1] != x.shape[-2]:
-            raise GroupError(
+            raise ShapeError(
                 f"{module}: expected a square grid for a 90° rotation, got {x.shape[-2]}x{x.shape[-1]}"
             )
         if pg.is_reflection(element.point):
@@ -206,7 +207,7 @@ def act_on_coordinates(
         Shape ``(..., 2)``.
     """
     if coords.shape[-1:] != (2,):
-        raise GroupError(f"act_on_coordinates: expected coordinates of shape (..., 2), got {tuple(coords.shape)}")
+        raise ShapeError(f"act_on_coordinates: expected coordinates of shape (..., 2), got {tuple(coords.shape)}")
     se = spatial_element(group, g)
     out = coords
     if se.point is not None and se.point_group is not None:

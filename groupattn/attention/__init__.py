@@ -1,6 +1,6 @@
 """Attention: the kernel (``scaled_dot_product_attention``), its factorised local variant, and the layers.
 
-:class:`OrbitalAttention` attends over the tokens of any G-set (any finite group acting
+[`OrbitalAttention`][groupattn.attention.OrbitalAttention] attends over the tokens of any G-set (any finite group acting
 on them) with an orbital bias; the grid layers are fast special cases.
 """
 

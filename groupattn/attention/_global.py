@@ -8,9 +8,11 @@ import torch
 from einops import rearrange
 from torch import nn
 
+from .._deprecation import DeprecatedAttribute, renamed_arguments
+from .._errors import ConfigurationError
 from ..actions import TokenField, check_grid
 from ..contracts import Contract, EquivariantModule, Status, contract_of
-from ..groups import Group, GroupError
+from ..groups import Group
 from ..positional import CirculantRelativeBias, ClippedRelativeBias, translation_contract
 from ._kernel import attend
 
@@ -19,62 +21,69 @@ __all__ = ["GlobalSelfAttention", "check_heads", "make_relative_bias"]
 BiasKind = Literal["circulant", "clipped"] | None
 
 
+@renamed_arguments(heads="num_heads")
 def make_relative_bias(
-    kind: BiasKind | nn.Module, grid: tuple[int, int], heads: int, prefix: int = 0
+    kind: BiasKind | nn.Module, grid: tuple[int, int], num_heads: int, prefix: int = 0
 ) -> nn.Module | None:
     """Build a relative position bias by name.
 
     Parameters
     ----------
     kind
-        ``"circulant"`` (:class:`~groupattn.positional.CirculantRelativeBias`),
-        ``"clipped"`` (:class:`~groupattn.positional.ClippedRelativeBias`), ``None`` (no
-        bias) or a ready module returning ``(heads, N, N)``.
-    grid, heads, prefix
+        ``"circulant"`` ([`CirculantRelativeBias`][groupattn.positional.CirculantRelativeBias]),
+        ``"clipped"`` ([`ClippedRelativeBias`][groupattn.positional.ClippedRelativeBias]), ``None`` (no
+        bias) or a ready module returning ``(num_heads, N, N)``.
+    grid, num_heads, prefix
         As for the bias classes.
+
+    Raises
+    ------
+    ConfigurationError
+        For an unknown ``kind``.
     """
     if kind is None or isinstance(kind, nn.Module):
         return kind
     if kind == "circulant":
-        return CirculantRelativeBias(grid, heads, prefix)
+        return CirculantRelativeBias(grid, num_heads, prefix)
     if kind == "clipped":
-        return ClippedRelativeBias(grid, heads, prefix)
-    raise GroupError(f"make_relative_bias: expected 'circulant', 'clipped' or None, got {kind!r}")
+        return ClippedRelativeBias(grid, num_heads, prefix)
+    raise ConfigurationError(f"make_relative_bias: expected 'circulant', 'clipped' or None, got {kind!r}")
 
 
-def check_heads(dim: int, heads: int, module: str = "check_heads") -> None:
-    """Validate a multi-head layer's width: ``heads >= 1`` heads that divide ``dim``.
+@renamed_arguments(heads="num_heads")
+def check_heads(dim: int, num_heads: int, module: str = "check_heads") -> None:
+    """Validate a multi-head layer's width: ``num_heads >= 1`` heads that divide ``dim``.
 
     Field types say which tensors a layer accepts (see
-    :meth:`FieldType.check <groupattn.actions.FieldType.check>`); this checks the one
+    [`FieldType.check`][groupattn.actions.FieldType.check]); this checks the one
     constructor argument they do not express, the split of the width into heads.
 
     Parameters
     ----------
     dim
         The token width ``C``.
-    heads
+    num_heads
         The number of heads.
     module
         The name the error message starts with (the calling layer).
 
     Raises
     ------
-    GroupError
-        ``"{module}: expected a width divisible by the number of heads {heads}, got {dim}"``.
+    ConfigurationError
+        ``"{module}: expected a width divisible by the number of heads {num_heads}, got {dim}"``.
 
     Examples
     --------
     >>> check_heads(8, 2, "MyAttention")  # fine: two heads of width 4
     """
-    if heads < 1 or dim % heads:
-        raise GroupError(f"{module}: expected a width divisible by the number of heads {heads}, got {dim}")
+    if num_heads < 1 or dim % num_heads:
+        raise ConfigurationError(f"{module}: expected a width divisible by the number of heads {num_heads}, got {dim}")
 
 
 class GlobalSelfAttention(EquivariantModule):
     """Multi-head self-attention over all tokens of a grid, plus an optional pairwise bias.
 
-    An :class:`~groupattn.contracts.EquivariantModule` from ``TokenField(grid,
+    An [`EquivariantModule`][groupattn.contracts.EquivariantModule] from ``TokenField(grid,
     prefix=prefix)`` to itself: calling it checks the input is
     ``(B, prefix + h·w, dim)``.
 
@@ -89,37 +98,41 @@ class GlobalSelfAttention(EquivariantModule):
     ----------
     dim
         Token width ``C``.
-    heads
+    num_heads
         Number of heads (divides ``dim``).
     grid
         Token grid ``(h, w)``.
     bias
-        ``"circulant"``, ``"clipped"``, ``None`` or a bias module (see :func:`make_relative_bias`).
+        ``"circulant"``, ``"clipped"``, ``None`` or a bias module (see [`make_relative_bias`][groupattn.attention.make_relative_bias]).
     prefix
         Leading non-grid tokens (class token), which attend and are attended to with bias 0.
     """
 
+    floating_input = True
+    heads = DeprecatedAttribute("num_heads")
+
+    @renamed_arguments(heads="num_heads")
     def __init__(
         self,
         dim: int,
-        heads: int,
+        num_heads: int,
         grid: tuple[int, int],
         bias: BiasKind | nn.Module = "circulant",
         prefix: int = 0,
     ) -> None:
-        check_heads(dim, heads, "GlobalSelfAttention")
+        check_heads(dim, num_heads, "GlobalSelfAttention")
         grid = check_grid(grid, "GlobalSelfAttention")
         field = TokenField(grid, prefix=prefix)
         super().__init__(field, field, in_channels=dim)
-        self.dim, self.heads, self.prefix = dim, heads, prefix
+        self.dim, self.num_heads, self.prefix = dim, num_heads, prefix
         self.grid = grid
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
-        self.bias = make_relative_bias(bias, self.grid, heads, prefix)
+        self.bias = make_relative_bias(bias, self.grid, num_heads, prefix)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Attend over all tokens."""
-        q, k, v = rearrange(self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.heads)
+        q, k, v = rearrange(self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
         bias = None if self.bias is None else self.bias().unsqueeze(0)
         out = attend(q, k, v, bias, module="GlobalSelfAttention")
         return self.proj(rearrange(out, "b h n d -> b n (h d)"))
@@ -136,4 +149,4 @@ class GlobalSelfAttention(EquivariantModule):
         return translation_contract("GlobalSelfAttention", group, self.grid, self.prefix, reason)
 
     def extra_repr(self) -> str:
-        return f"dim={self.dim}, heads={self.heads}, grid={self.grid}, prefix={self.prefix}"
+        return f"dim={self.dim}, num_heads={self.num_heads}, grid={self.grid}, prefix={self.prefix}"

@@ -9,11 +9,12 @@ import torch
 from einops import rearrange
 from torch import nn
 
+from .._deprecation import DeprecatedAttribute, renamed_arguments
+from .._errors import ConfigurationError
 from ..actions import FieldType, GridField, LiftedField, embed_point_element, point_group_of
 from ..contracts import Contract
+from ..contracts._module import check_floating_input
 from ..groups import (
-    CyclicGroup,
-    DihedralGroup,
     GridTranslations,
     Group,
     GroupError,
@@ -21,6 +22,7 @@ from ..groups import (
     RotoTranslationGroup,
     TorusTranslations,
 )
+from ..groups._named import _point_group_from_name
 from ..positional._group import (
     ContinuousGroupEncoding,
     GroupPositionalEncoding,
@@ -39,17 +41,16 @@ __all__ = ["GroupSelfAttention", "resolve_point_group"]
 def resolve_point_group(point_group: PointGroup | str, module: str = "groupattn") -> PointGroup:
     """A point group from an instance or a name such as ``"C4"``, ``"D4"``, ``"C8"``, ``"C1"``.
 
+    The point-group names of [`parse_group_name`][groupattn.groups.parse_group_name] (the library's
+    one parser of group names): ``cN`` and ``dN`` for any ``N ≥ 1`` and ``"trivial"``,
+    case-insensitive.
+
     Raises
     ------
     GroupError
-        For an unknown name.
+        For an unknown name, or the name of a group that is not a point group (``"p4"``).
     """
-    if isinstance(point_group, PointGroup):
-        return point_group
-    if isinstance(point_group, str) and len(point_group) >= 2 and point_group[0] in "CcDd" and point_group[1:].isdigit():
-        n = int(point_group[1:])
-        return CyclicGroup(n) if point_group[0] in "Cc" else DihedralGroup(n)
-    raise GroupError(f"{module}: expected a point group or a name like 'C4' or 'D4', got {point_group!r}")
+    return _point_group_from_name(point_group, module)
 
 
 _CHUNK_ELEMENTS = 1 << 24  # logits per chunk when computing the bias gradient (64 MiB in float32)
@@ -60,7 +61,7 @@ class _AttendTrainableBias(torch.autograd.Function):
 
     PyTorch's fused CPU kernel has no gradient for ``attn_mask``; asking for one falls
     back to the unfused path that materialises every ``(B, heads, Q, K)`` logit several
-    times. Here the forward pass is the fused kernel (:func:`~groupattn.attention.attend`
+    times. Here the forward pass is the fused kernel ([`attend`][groupattn.attention.attend]
     with a detached bias) and the backward pass recomputes the probabilities ``P`` over
     chunks of batch and queries (never more than ``_CHUNK_ELEMENTS`` logits at once) to
     accumulate ``dbias = P ⊙ (dO·vᵀ − rowsum(dO ⊙ O))`` together with ``dq``, ``dk``,
@@ -128,71 +129,78 @@ def _chunked_backward(
 def attend_with_bias(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor | None, module: str
 ) -> torch.Tensor:
-    """:func:`~groupattn.attention.attend`, with a memory-bounded gradient for a trainable bias."""
+    """[`attend`][groupattn.attention.attend], with a memory-bounded gradient for a trainable bias."""
     if bias is not None and bias.requires_grad and torch.is_grad_enabled():
         return _AttendTrainableBias.apply(query, key, value, bias, module)  # type: ignore[no-any-return]
     return attend(query, key, value, bias, module=module)
 
 
 class _RotoTranslationAttention(nn.Module):
-    """Shared machinery of lifting and group self-attention (projections, encodings, contracts)."""
+    """Shared machinery of lifting and group self-attention (projections, encodings, contracts).
+
+    Subclasses name the input and output widths (``_width_names``) and store them under
+    those names; the machinery reads them as ``_in_width`` / ``_out_width``.
+    """
 
     lifting: bool = False
+    _width_names: tuple[str, str] = ("dim", "out_dim")
+    head_channels = DeprecatedAttribute("head_dim")
 
     def __init__(
         self,
-        in_channels: int,
-        out_channels: int,
+        in_width: int,
+        out_width: int,
         point_group: PointGroup | str = "C4",
         num_heads: int = 1,
-        head_channels: int | None = None,
+        head_dim: int | None = None,
         neighbourhood: int | None = None,
         encoding: str = "continuous",
-        size: int | tuple[int, int] | None = None,
+        grid: int | tuple[int, int] | None = None,
         additive: bool = True,
         query_position: bool = False,
         encoding_hidden: int = 16,
     ) -> None:
         super().__init__()
         name = type(self).__name__
+        in_name, out_name = self._width_names
         self.point_group = resolve_point_group(point_group, name)
-        if in_channels < 1 or out_channels < 1 or num_heads < 1:
-            raise GroupError(
-                f"{name}: expected positive in_channels, out_channels and num_heads, got "
-                f"{in_channels}, {out_channels}, {num_heads}"
+        if in_width < 1 or out_width < 1 or num_heads < 1:
+            raise ConfigurationError(
+                f"{name}: expected positive {in_name}, {out_name} and num_heads, got "
+                f"{in_width}, {out_width}, {num_heads}"
             )
-        if head_channels is None:
-            if out_channels % num_heads != 0:
-                raise GroupError(
-                    f"{name}: expected out_channels divisible by num_heads when head_channels is not given, "
-                    f"got {out_channels} channels and {num_heads} heads (pass head_channels for a per-head width)"
+        if head_dim is None:
+            if out_width % num_heads != 0:
+                raise ConfigurationError(
+                    f"{name}: expected {out_name} divisible by num_heads when head_dim is not given, "
+                    f"got {out_width} channels and {num_heads} heads (pass head_dim for a per-head width)"
                 )
-            head_channels = out_channels // num_heads
-        if head_channels < 1:
-            raise GroupError(f"{name}: expected head_channels >= 1, got {head_channels}")
+            head_dim = out_width // num_heads
+        if head_dim < 1:
+            raise ConfigurationError(f"{name}: expected head_dim >= 1, got {head_dim}")
         if neighbourhood is not None and (neighbourhood < 1 or neighbourhood % 2 == 0):
-            raise GroupError(f"{name}: expected an odd neighbourhood size k >= 1, got {neighbourhood}")
-        self.in_channels = in_channels
-        self.out_channels = out_channels
+            raise ConfigurationError(f"{name}: expected an odd neighbourhood size k >= 1, got {neighbourhood}")
+        setattr(self, in_name, in_width)
+        setattr(self, out_name, out_width)
         self.num_heads = num_heads
-        self.head_channels = head_channels
+        self.head_dim = head_dim
         self.neighbourhood = neighbourhood
         self.query_position = query_position
-        inner = num_heads * head_channels
-        self.qkv = nn.Linear(in_channels, 3 * inner)
-        self.proj = nn.Linear(inner, out_channels)
-        vector_channels = head_channels if query_position else 0
+        inner = num_heads * head_dim
+        self.qkv = nn.Linear(in_width, 3 * inner)
+        self.proj = nn.Linear(inner, out_width)
+        vector_dim = head_dim if query_position else 0
         self.encoding: GroupPositionalEncoding
         if encoding == "table":
             self.encoding = OrbitalTableEncoding(
-                self.point_group, num_heads, self.lifting, neighbourhood, size, vector_channels, additive
+                self.point_group, num_heads, self.lifting, neighbourhood, grid, vector_dim, additive
             )
         elif encoding == "continuous":
             self.encoding = ContinuousGroupEncoding(
-                self.point_group, num_heads, vector_channels, additive, hidden=encoding_hidden, lifting=self.lifting
+                self.point_group, num_heads, vector_dim, additive, hidden=encoding_hidden, lifting=self.lifting
             )
         else:
-            raise GroupError(f"{name}: expected encoding 'table' or 'continuous', got {encoding!r}")
+            raise ConfigurationError(f"{name}: expected encoding 'table' or 'continuous', got {encoding!r}")
         self._bias_cache: tuple[Any, torch.Tensor | None, torch.Tensor | None] | None = None
         # tile side cap of local attention (see WindowTiling); k − 1 measured best for k = 3, 5
         self.max_tile = max(1, (neighbourhood or 1) - 1)
@@ -200,12 +208,20 @@ class _RotoTranslationAttention(nn.Module):
 
     # ------------------------------------------------------------------ helpers
     @property
+    def _in_width(self) -> int:
+        return int(getattr(self, self._width_names[0]))
+
+    @property
+    def _out_width(self) -> int:
+        return int(getattr(self, self._width_names[1]))
+
+    @property
     def exact(self) -> bool:
         """Whether ``H`` maps the pixel grid onto itself (exact equivariance, torus offsets)."""
         return bool(self.point_group.acts_exactly_on_grid)
 
     def geometry(self, height: int, width: int) -> RelativeGeometry:
-        """The cached :class:`~groupattn.positional.RelativeGeometry` of an input grid."""
+        """The cached [`RelativeGeometry`][groupattn.positional.RelativeGeometry] of an input grid."""
         check_grid(self.point_group, height, width, self.neighbourhood, type(self).__name__)
         return relative_geometry(self.point_group, height, width, self.neighbourhood, self.lifting)
 
@@ -264,14 +280,14 @@ class _RotoTranslationAttention(nn.Module):
         bias: torch.Tensor | None,
         vectors: torch.Tensor | None,
     ) -> torch.Tensor:
-        """Local attention by tiles with halos (see :class:`~groupattn.positional.WindowTiling`).
+        """Local attention by tiles with halos (see [`WindowTiling`][groupattn.positional.WindowTiling]).
 
         ``qkv``: ``(B, N, G_key, 3, heads, d)`` channels-last tokens (``G_key = 1`` for
         lifting, whose queries are shared by all output slices). Returns
         ``(B, N, G, heads·d)``.
         """
         b, g_key = qkv.shape[0], qkv.shape[2]
-        heads, d = self.num_heads, self.head_channels
+        heads, d = self.num_heads, self.head_dim
         g = self.point_group.order()
         tiling, outside, entries = self._tile_indices(geometry)
         tiles, p = tiling.queries.shape
@@ -305,7 +321,8 @@ class _RotoTranslationAttention(nn.Module):
 
     def _check_input(self, x: torch.Tensor) -> None:
         field = GridField() if self.lifting else LiftedField(self.point_group)
-        field.check(x, type(self).__name__, channels=self.in_channels)
+        field.check(x, type(self).__name__, channels=self._in_width)
+        check_floating_input(x, type(self).__name__)
 
     # ------------------------------------------------------------------ contract
     def _input_type(self) -> FieldType:
@@ -356,8 +373,8 @@ class _RotoTranslationAttention(nn.Module):
     def extra_repr(self) -> str:
         local = f"neighbourhood={self.neighbourhood}" if self.neighbourhood else "global"
         return (
-            f"{self.in_channels}->{self.out_channels}, point_group={self.point_group.name}, "
-            f"heads={self.num_heads}x{self.head_channels}, {local}"
+            f"{self._in_width}->{self._out_width}, point_group={self.point_group.name}, "
+            f"num_heads={self.num_heads}x{self.head_dim}, {local}"
         )
 
 
@@ -375,32 +392,35 @@ class GroupSelfAttention(_RotoTranslationAttention):
     Global attention gathers the bias for all ``(query, key)`` pairs once per shape
     from a table of ``|H|·H·W`` entries; local attention's bias does not depend on the
     position at all (``(heads, |H|, |H|·k²)``) and keys are gathered by circular
-    ``unfold``. Every attention call goes through :func:`groupattn.attention.attend`.
+    ``unfold``. Every attention call goes through [`groupattn.attention.attend`][groupattn.attention.attend].
 
     Contract: equivariant ``LiftedField(H) → LiftedField(H)`` under torus translations,
     ``H`` (and its subgroups) and ``T ⋊ H`` (p4 for C4, p4m for D4); see
-    :meth:`contract` for finer rotations.
+    [`contract`][groupattn.attention.GroupSelfAttention.contract] for finer rotations.
+
+    Shapes: ``(B, dim, |H|, H, W) → (B, out_dim, |H|, H, W)``.
 
     Parameters
     ----------
-    in_channels, out_channels
-        Channel widths.
+    dim, out_dim
+        Input and output widths ``C_in``, ``C_out`` (per group element).
     point_group
         ``H`` (an instance or a name: ``"C1"``, ``"C2"``, ``"C4"``, ``"D2"``, ``"D4"``,
         ``"C8"``, …).
     num_heads
         Number of heads.
-    head_channels
-        Per-head width ``d``; by default ``out_channels // num_heads`` (then
-        ``out_channels`` must be divisible by ``num_heads``). The heads are
-        concatenated (``num_heads · d``) and projected to ``out_channels``.
+    head_dim
+        Per-head width ``d``; by default ``out_dim // num_heads`` (then ``out_dim``
+        must be divisible by ``num_heads``). The heads are concatenated
+        (``num_heads · d``) and projected to ``out_dim``.
     neighbourhood
-        ``None`` for global attention, else the odd window side ``k``.
+        ``None`` for global attention, else the odd side ``k`` of the neighbourhood
+        centred on each query.
     encoding
         ``"continuous"`` (GSA-style MLP of rotated offsets, any size) or ``"table"``
-        (one learned value per orbital; global layers need ``size``).
-    size
-        Grid size for a global orbital table.
+        (one learned value per orbital; global layers need ``grid``).
+    grid
+        Spatial size ``(H, W)`` (or one int) of the input, for a global orbital table.
     additive
         Add the positional bias to the logits.
     query_position
@@ -408,22 +428,55 @@ class GroupSelfAttention(_RotoTranslationAttention):
     encoding_hidden
         Hidden width of the continuous encoding's MLP.
 
+    Notes
+    -----
+    Deprecated aliases (one release): ``in_channels`` → ``dim``, ``out_channels`` →
+    ``out_dim``, ``head_channels`` → ``head_dim``, ``size`` → ``grid`` (arguments and
+    attributes).
+
     Raises
     ------
+    ConfigurationError
+        For widths not divisible by the heads (without ``head_dim``) or an even
+        neighbourhood.
     GroupError
-        For channels not divisible by heads (without ``head_channels``), an even
-        neighbourhood, or (in ``forward``) a wrong shape, a non-square grid under
-        rotations, or a neighbourhood larger than the grid.
+        For an unknown point group.
+    ShapeError
+        In ``forward``: a wrong shape, a non-square grid under rotations, or a
+        neighbourhood larger than the grid.
     """
 
     lifting = False
+    _width_names = ("dim", "out_dim")
+    in_channels = DeprecatedAttribute("dim")
+    out_channels = DeprecatedAttribute("out_dim")
+
+    @renamed_arguments(in_channels="dim", out_channels="out_dim", head_channels="head_dim", size="grid")
+    def __init__(
+        self,
+        dim: int,
+        out_dim: int,
+        point_group: PointGroup | str = "C4",
+        num_heads: int = 1,
+        head_dim: int | None = None,
+        neighbourhood: int | None = None,
+        encoding: str = "continuous",
+        grid: int | tuple[int, int] | None = None,
+        additive: bool = True,
+        query_position: bool = False,
+        encoding_hidden: int = 16,
+    ) -> None:
+        super().__init__(
+            dim, out_dim, point_group, num_heads, head_dim, neighbourhood, encoding, grid, additive,
+            query_position, encoding_hidden,
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_input(x)
         b, _, g, height, width = x.shape
         geometry = self.geometry(height, width)
         n = height * width
-        heads, d = self.num_heads, self.head_channels
+        heads, d = self.num_heads, self.head_dim
         bias, vectors = self._positional(geometry, x.dtype, x.device)
         scale = 1.0 / math.sqrt(d)
         if self.neighbourhood is None:

@@ -57,7 +57,7 @@ def attend(
 
 #: largest spread (max − min over a window) of the positional bias for which the
 #: factorised kernel's normaliser cannot underflow, per dtype (``exp(−spread)`` must stay
-#: a normal number); beyond it :func:`attend_shared_query_windows` reports ``None``.
+#: a normal number); beyond it ``attend_shared_query_windows`` reports ``None``.
 _MAX_BIAS_SPREAD = {torch.float16: 9.0, torch.bfloat16: 80.0, torch.float32: 80.0, torch.float64: 700.0}
 
 
@@ -78,7 +78,7 @@ def attend_shared_query_windows(
 
     the attention of a lifting layer whose positional term depends only on the output
     slice and the window offset (additive bias, no content × position term). It is
-    the same function as :func:`attend` on the ``k²`` window of each pixel (the tests
+    the same function as [`attend`][groupattn.attention.attend] on the ``k²`` window of each pixel (the tests
     compare them) but *factorised*: ``exp(c + b) = exp(c) · exp(b)``, so the content
     weights ``exp(q·k − max)`` are computed once per pixel — not once per output slice —
     and the sum over the window for all slices is one matrix product with the small
@@ -105,7 +105,7 @@ def attend_shared_query_windows(
         ``(B, heads, G, d, H, W)`` (without gradients, a view of a contiguous
         ``(heads, d, G, B, H, W)`` tensor); ``None`` when the bias spreads by more than the
         dtype's safe range within a window (then the normaliser could underflow and the
-        caller should use :func:`attend`). The check reads the bias's values, so it is
+        caller should use [`attend`][groupattn.attention.attend]). The check reads the bias's values, so it is
         skipped while ``torch.compile`` traces.
 
     Raises

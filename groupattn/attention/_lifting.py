@@ -7,6 +7,8 @@ import math
 import torch
 from einops import rearrange
 
+from .._deprecation import DeprecatedAttribute, renamed_arguments
+from ..groups import PointGroup
 from ._group_attention import _RotoTranslationAttention, attend_with_bias
 from ._kernel import attend_shared_query_windows
 
@@ -14,7 +16,7 @@ __all__ = ["LiftingSelfAttention"]
 
 
 class LiftingSelfAttention(_RotoTranslationAttention):
-    """Lifting self-attention: ``(B, C_in, H, W) → (B, C_out, |H|, H, W)``.
+    """Lifting self-attention: ``(B, in_channels, H, W) → (B, dim, |H|, H, W)``.
 
     Output slice ``h`` at pixel ``x_i`` attends from the query of ``x_i`` to every pixel
     ``x_j`` (global) or to the circular ``k × k`` window around ``x_i`` (local), with a
@@ -24,29 +26,60 @@ class LiftingSelfAttention(_RotoTranslationAttention):
 
     Global attention gathers the bias ``(heads, |H|·N, N)`` once per shape from a table
     of ``N = H·W`` entries (an orbital per torus offset) and runs on
-    :func:`groupattn.attention.attend`. Local attention's bias is ``(heads, |H|, k²)``,
+    [`groupattn.attention.attend`][groupattn.attention.attend]. Local attention's bias is ``(heads, |H|, k²)``,
     the same at every pixel; with the additive bias alone the layer uses the factorised
-    kernel :func:`groupattn.attention.attend_shared_query_windows` (content weights once
+    kernel [`groupattn.attention.attend_shared_query_windows`][groupattn.attention.attend_shared_query_windows] (content weights once
     per pixel for all ``|H|`` slices), and with the content × position term, or a bias
     spread too wide for the factorised normaliser, the tiled path through ``attend``.
 
     Contract: equivariant ``GridField → LiftedField(H)`` under torus translations,
     ``H`` (and subgroups) and ``T ⋊ H``; for finer rotations (C8, …) see
-    :meth:`contract` (approximate).
+    [`contract`][groupattn.attention.LiftingSelfAttention.contract] (approximate).
 
     Parameters
     ----------
-    in_channels, out_channels, point_group, num_heads, head_channels, neighbourhood, encoding, size, additive,
-    query_position, encoding_hidden
-        As for :class:`GroupSelfAttention`.
+    in_channels
+        Channels of the input image (or of scalar feature maps).
+    dim
+        Output width per group element.
+    point_group, num_heads, head_dim, neighbourhood, encoding, grid, additive, query_position, encoding_hidden
+        As for [`GroupSelfAttention`][groupattn.attention.GroupSelfAttention]
+        (``head_dim`` defaults to ``dim // num_heads``).
+
+    Notes
+    -----
+    Deprecated aliases (one release): ``out_channels`` → ``dim``, ``head_channels`` →
+    ``head_dim``, ``size`` → ``grid`` (arguments and attributes).
 
     Raises
     ------
-    GroupError
-        As for :class:`GroupSelfAttention`.
+    ConfigurationError, GroupError, ShapeError
+        As for [`GroupSelfAttention`][groupattn.attention.GroupSelfAttention].
     """
 
     lifting = True
+    _width_names = ("in_channels", "dim")
+    out_channels = DeprecatedAttribute("dim")
+
+    @renamed_arguments(out_channels="dim", head_channels="head_dim", size="grid")
+    def __init__(
+        self,
+        in_channels: int,
+        dim: int,
+        point_group: PointGroup | str = "C4",
+        num_heads: int = 1,
+        head_dim: int | None = None,
+        neighbourhood: int | None = None,
+        encoding: str = "continuous",
+        grid: int | tuple[int, int] | None = None,
+        additive: bool = True,
+        query_position: bool = False,
+        encoding_hidden: int = 16,
+    ) -> None:
+        super().__init__(
+            in_channels, dim, point_group, num_heads, head_dim, neighbourhood, encoding, grid, additive,
+            query_position, encoding_hidden,
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_input(x)
@@ -54,7 +87,7 @@ class LiftingSelfAttention(_RotoTranslationAttention):
         g = self.point_group.order()
         geometry = self.geometry(height, width)
         n = height * width
-        heads, d = self.num_heads, self.head_channels
+        heads, d = self.num_heads, self.head_dim
         tokens = rearrange(x, "b c y x -> b (y x) c")
         bias, vectors = self._positional(geometry, x.dtype, x.device)
         scale = 1.0 / math.sqrt(d)
@@ -88,7 +121,9 @@ class LiftingSelfAttention(_RotoTranslationAttention):
                 if local is not None:  # (B, heads, G, d, H, W): project channels as one matrix product
                     channels = local.permute(1, 3, 2, 0, 4, 5).reshape(heads * d, -1)  # (heads·d, G·B·H·W)
                     out = torch.addmm(self.proj.bias[:, None], self.proj.weight, channels)
-                    return out.view(-1, g, b, height, width).permute(2, 0, 1, 3, 4)  # (B, C, G, H, W)
+                    # explicit sizes: with an empty batch a -1 would be ambiguous
+                    out = out.view(self.proj.out_features, g, b, height, width)
+                    return out.permute(2, 0, 1, 3, 4)  # (B, C, G, H, W)
             # content × position term, or a bias too spread for the factorised kernel: the tiled path
             out = self.proj(self._local_attention(qkv.view(b, n, 1, 3, heads, d), geometry, bias, vectors))
             return rearrange(out, "b (y x) g c -> b c g y x", y=height)

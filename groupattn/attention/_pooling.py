@@ -8,6 +8,8 @@ import torch
 from einops import rearrange
 from torch import nn
 
+from .._deprecation import DeprecatedAttribute, renamed_arguments
+from .._errors import ShapeError
 from ..actions import (
     FieldType,
     GSetField,
@@ -69,7 +71,7 @@ def _invariant_contract(
                     field,
                     InvariantField(),
                 )
-    except GroupError as error:
+    except (GroupError, ShapeError) as error:  # ShapeError: its own class from the next release on
         return Contract.unknown(f"{module}: promises nothing for {group.name} ({error})", field)
     return Contract.invariant(field, InvariantField())
 
@@ -84,8 +86,8 @@ class MeanPooling(nn.Module):
     Contract: *invariant* under every group whose action on the input type permutes
     the pooled tokens among themselves with trivial channels (checked exactly on the
     generators): ``TorusTranslations(h, w)`` on ``TokenField((h, w))`` by default, and
-    any group on a :class:`~groupattn.actions.GSetField` /
-    :class:`~groupattn.actions.SetField` input type passed to :meth:`contract`.
+    any group on a [`GSetField`][groupattn.actions.GSetField] /
+    [`SetField`][groupattn.actions.SetField] input type passed to [`contract`][groupattn.attention.MeanPooling.contract].
     *Unknown* for a group that does not act on the layout.
 
     Shapes: ``(B, prefix + N, C) → (B, C)``.
@@ -110,7 +112,7 @@ class MeanPooling(nn.Module):
         if self.grid is not None:
             TokenField(self.grid, prefix=self.prefix).check(x, "MeanPooling")
         elif x.dim() != 3 or x.shape[1] <= self.prefix:
-            raise GroupError(
+            raise ShapeError(
                 f"MeanPooling: expected tokens (B, N, C) with N > {self.prefix}, got a tensor of shape {tuple(x.shape)}"
             )
         return x[:, self.prefix :].mean(dim=1)
@@ -128,14 +130,14 @@ class MeanPooling(nn.Module):
 class AttentionPooling(EquivariantModule):
     """Learned queries attend to the grid tokens (no positional bias); the results are concatenated and projected.
 
-    An :class:`~groupattn.contracts.EquivariantModule` from ``TokenField(grid,
-    prefix=prefix)`` to :class:`~groupattn.actions.InvariantField`: calling it checks
+    An [`EquivariantModule`][groupattn.contracts.EquivariantModule] from ``TokenField(grid,
+    prefix=prefix)`` to [`InvariantField`][groupattn.actions.InvariantField]: calling it checks
     the input is ``(B, prefix + h·w, dim)``.
 
     Attention with queries that do not depend on position is invariant to every
     permutation of the keys and values. Contract: *invariant* under
     ``TorusTranslations(h, w)``, and under any group that permutes the pooled tokens
-    of the input type given to :meth:`contract` (as :class:`MeanPooling`).
+    of the input type given to [`contract`][groupattn.attention.AttentionPooling.contract] (as [`MeanPooling`][groupattn.attention.MeanPooling]).
 
     Shapes: ``(B, prefix + h·w, C) → (B, C)``.
 
@@ -143,7 +145,7 @@ class AttentionPooling(EquivariantModule):
     ----------
     dim
         Token width ``C``.
-    heads
+    num_heads
         Number of heads (divides ``dim``).
     grid
         Token grid ``(h, w)``.
@@ -153,14 +155,18 @@ class AttentionPooling(EquivariantModule):
         Leading non-grid tokens to skip.
     """
 
+    floating_input = True
+    heads = DeprecatedAttribute("num_heads")
+
+    @renamed_arguments(heads="num_heads")
     def __init__(
-        self, dim: int, heads: int, grid: tuple[int, int], num_queries: int = 1, prefix: int = 0
+        self, dim: int, num_heads: int, grid: tuple[int, int], num_queries: int = 1, prefix: int = 0
     ) -> None:
-        check_heads(dim, heads, "AttentionPooling")
+        check_heads(dim, num_heads, "AttentionPooling")
         grid = check_grid(grid, "AttentionPooling")
         super().__init__(TokenField(grid, prefix=prefix), InvariantField(), in_channels=dim)
         self.grid = grid
-        self.dim, self.heads, self.num_queries, self.prefix = dim, heads, num_queries, prefix
+        self.dim, self.num_heads, self.num_queries, self.prefix = dim, num_heads, num_queries, prefix
         self.queries = nn.Parameter(torch.randn(1, num_queries, dim) * 0.02)
         self.key_value = nn.Linear(dim, 2 * dim)
         self.proj = nn.Linear(num_queries * dim, dim)
@@ -168,9 +174,9 @@ class AttentionPooling(EquivariantModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Pool the grid tokens into one vector per sample."""
         k, v = rearrange(
-            self.key_value(x[:, self.prefix :]), "b n (two h d) -> two b h n d", two=2, h=self.heads
+            self.key_value(x[:, self.prefix :]), "b n (two h d) -> two b h n d", two=2, h=self.num_heads
         )
-        q = rearrange(self.queries, "one q (h d) -> one h q d", h=self.heads).expand(x.shape[0], -1, -1, -1)
+        q = rearrange(self.queries, "one q (h d) -> one h q d", h=self.num_heads).expand(x.shape[0], -1, -1, -1)
         out = attend(q.contiguous(), k, v, module="AttentionPooling")
         return self.proj(rearrange(out, "b h q d -> b (q h d)"))
 
@@ -181,4 +187,4 @@ class AttentionPooling(EquivariantModule):
         )
 
     def extra_repr(self) -> str:
-        return f"dim={self.dim}, heads={self.heads}, grid={self.grid}, num_queries={self.num_queries}"
+        return f"dim={self.dim}, num_heads={self.num_heads}, grid={self.grid}, num_queries={self.num_queries}"

@@ -8,11 +8,13 @@ import torch
 from einops import rearrange
 from torch import nn
 
+from .._deprecation import DeprecatedAttribute, renamed_arguments
+from .._errors import ConfigurationError
 from ..actions import TokenField, check_grid, torus_stride
 from ..canonical import PolyphaseAnchor
 from ..canonical._polyphase import Norm
 from ..contracts import Contract, EquivariantModule
-from ..groups import Group, GroupError
+from ..groups import Group
 from ..positional import translation_contract
 from ._global import check_heads
 from ._kernel import attend
@@ -23,7 +25,7 @@ __all__ = ["SpatialReductionAttention"]
 class SpatialReductionAttention(EquivariantModule):
     """Every token attends to a spatially reduced copy of the grid (keys and values).
 
-    An :class:`~groupattn.contracts.EquivariantModule` from ``TokenField(grid)`` to
+    An [`EquivariantModule`][groupattn.contracts.EquivariantModule] from ``TokenField(grid)`` to
     itself: calling it checks the input is ``(B, h·w, dim)``.
 
     Keys and values come from a ``reduction × reduction`` strided convolution of the
@@ -42,8 +44,8 @@ class SpatialReductionAttention(EquivariantModule):
     ----------
     dim
         Token width ``C``.
-    heads
-        Number of heads.
+    num_heads
+        Number of heads (divides ``dim``).
     grid
         Token grid ``(h, w)``, divisible by ``reduction``.
     reduction
@@ -58,27 +60,31 @@ class SpatialReductionAttention(EquivariantModule):
         polyphase L2 norms of LayerNorm-ed tokens nearly tie).
     """
 
+    floating_input = True
+    heads = DeprecatedAttribute("num_heads")
+
+    @renamed_arguments(heads="num_heads")
     def __init__(
         self,
         dim: int,
-        heads: int,
+        num_heads: int,
         grid: tuple[int, int],
         reduction: int,
         anchored: bool = True,
         norm: Norm = "l2",
         pre_norm: bool = False,
     ) -> None:
-        check_heads(dim, heads, "SpatialReductionAttention")
+        check_heads(dim, num_heads, "SpatialReductionAttention")
         grid = check_grid(grid, "SpatialReductionAttention")
         field = TokenField(grid)
         super().__init__(field, field, in_channels=dim)
         self.grid = grid
         if reduction < 1 or self.grid[0] % reduction or self.grid[1] % reduction:
-            raise GroupError(
+            raise ConfigurationError(
                 f"SpatialReductionAttention: expected a grid divisible by reduction {reduction}, "
                 f"got {self.grid[0]}x{self.grid[1]}"
             )
-        self.dim, self.heads, self.reduction = dim, heads, reduction
+        self.dim, self.num_heads, self.reduction = dim, num_heads, reduction
         self.anchored, self.norm, self.pre_norm = anchored, norm, pre_norm
         self.input_norm: nn.Module = nn.LayerNorm(dim) if pre_norm else nn.Identity()
         self.query = nn.Linear(dim, dim)
@@ -102,9 +108,9 @@ class SpatialReductionAttention(EquivariantModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Attend from every token to the reduced tokens."""
-        q = rearrange(self.query(self.input_norm(x)), "b n (h d) -> b h n d", h=self.heads)
+        q = rearrange(self.query(self.input_norm(x)), "b n (h d) -> b h n d", h=self.num_heads)
         k, v = rearrange(
-            self.key_value(self._reduced(x)), "b m (two h d) -> two b h m d", two=2, h=self.heads
+            self.key_value(self._reduced(x)), "b m (two h d) -> two b h m d", two=2, h=self.num_heads
         )
         out = attend(q, k, v, module="SpatialReductionAttention")
         return self.proj(rearrange(out, "b h n d -> b n (h d)"))
@@ -122,6 +128,6 @@ class SpatialReductionAttention(EquivariantModule):
 
     def extra_repr(self) -> str:
         return (
-            f"dim={self.dim}, heads={self.heads}, grid={self.grid}, reduction={self.reduction}, "
+            f"dim={self.dim}, num_heads={self.num_heads}, grid={self.grid}, reduction={self.reduction}, "
             f"anchored={self.anchored}"
         )

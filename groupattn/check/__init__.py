@@ -1,12 +1,12 @@
 """The composition checker: certify whole networks, and verify them.
 
-:func:`certify` exports a model to functional ATen operators with ``torch.export``,
+[`certify`][groupattn.check.certify] exports a model to functional ATen operators with ``torch.export``,
 derives for every value how it moves when the input moves (an exact permutation of
 entries for each generator of the group, any finite group acting on any G-set), keeps
 canonicalizers whole and checks them by their contracts, and returns a
-:class:`Certificate` (verdict per output, output type, first break with its reason and
+[`Certificate`][groupattn.check.Certificate] (verdict per output, output type, first break with its reason and
 path, unverified nodes; renderable as text, a rich table, DOT or a picture).
-:func:`verify` measures equivariance numerically in float64, on every output, for any
+[`verify`][groupattn.check.verify] measures equivariance numerically in float64, on every output, for any
 finite group, telling canonicalizer ties and non-finite input apart from real errors.
 Operators without a rule, and modules the exporter cannot trace, are *unverified*;
 a module of your own is checked through its body, or through its ``contract`` method

@@ -1,13 +1,13 @@
 """Rules for ATen operations (the canonical, functional operator set of ``torch.export``).
 
-Each rule receives an :class:`OpCall` whose arguments are bound to the operator's
+Each rule receives an ``OpCall`` whose arguments are bound to the operator's
 schema by name, and returns the output value(s). Every argument is read: after the
 rule runs, an argument that was given a non-default value and that the rule did not
 read makes the call unverifiable (deny by default). Operators without a rule are
-unverifiable; operators tagged pointwise by PyTorch use :func:`pointwise`.
+unverifiable; operators tagged pointwise by PyTorch use ``pointwise``.
 
-This module holds the binding machinery (:class:`Args`, :class:`OpCall`, :data:`RULES`,
-:func:`rule_for`); the rules live in one small module per family —
+This module holds the binding machinery (``Args``, ``OpCall``, ``RULES``,
+``rule_for``); the rules live in one small module per family —
 ``_rules_pointwise``, ``_rules_movement``, ``_rules_reductions``,
 ``_rules_contractions``, ``_rules_windows``, ``_rules_normalization``, ``_rules_misc``
 — which register themselves when this module is imported.

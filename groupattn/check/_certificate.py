@@ -11,7 +11,7 @@ from typing import Any
 
 import networkx as nx
 
-from .._atomic import atomic_path, write_atomic
+from .._atomic import atomic_open, write_atomic
 from ..actions import FieldType
 from ..contracts import Status
 from ..groups import Group, GroupElement
@@ -61,12 +61,13 @@ class BreakInfo:
     operation: str = ""
 
     def to_json(self) -> dict[str, Any]:
+        """The attributes as a JSON-serialisable dictionary (``"first_break"`` of a certificate's JSON)."""
         return {"node": self.node, "target": self.target, "reason": self.reason, "path": self.path, "operation": self.operation}
 
 
 @dataclass
 class VerificationReport:
-    """The numerical check of one network (see :func:`groupattn.check.verify`).
+    """The numerical check of one network (see [`groupattn.check.verify`][groupattn.check.verify]).
 
     Attributes
     ----------
@@ -108,6 +109,11 @@ class VerificationReport:
         return self.max_error <= self.tolerance
 
     def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable summary (``"verification"`` of a certificate's JSON).
+
+        The largest error, the tolerance, the verdict, the worst element (its ``repr``),
+        the number of elements tested, ``up_to_frame``, ``ties`` and the dtype.
+        """
         return {
             "max_error": self.max_error,
             "tolerance": self.tolerance,
@@ -143,12 +149,12 @@ def _colour(status: str) -> str:
 
 @dataclass
 class Certificate:
-    """What :func:`groupattn.check.certify` concludes about a network.
+    """What [`groupattn.check.certify`][groupattn.check.certify] concludes about a network.
 
     Attributes
     ----------
     verdict
-        See :class:`Status`.
+        See [`Status`][groupattn.check.Status].
     group
         The group acting on the input.
     input_type
@@ -180,7 +186,7 @@ class Certificate:
         How the network was checked (e.g. by the declared contracts of modules whose
         bodies could not be verified) and how long it took.
     outputs
-        One :class:`~groupattn.check.OutputInfo` per tensor the model returns (in
+        One [`OutputInfo`][groupattn.check.OutputInfo] per tensor the model returns (in
         pytree order), and per in-place modification of its input or state: each has its
         own verdict, field type, frame and reason.
     """
@@ -218,7 +224,7 @@ class Certificate:
 
     @property
     def exit_code(self) -> int:
-        """The command line's exit code for this certificate (see :data:`EXIT_CODES`)."""
+        """The command line's exit code for this certificate (see [`EXIT_CODES`][groupattn.check.EXIT_CODES])."""
         return EXIT_CODES[self.status]
 
     # ------------------------------------------------------------------ text
@@ -268,7 +274,7 @@ class Certificate:
         return self.to_text()
 
     def to_rich(self) -> Any:
-        """A :class:`rich.table.Table` of the nodes, coloured by status (needs ``rich``)."""
+        """A ``rich.table.Table`` of the nodes, coloured by status (needs ``rich``)."""
         from rich.table import Table
 
         styles = {"broken": "bold red", "tainted": "red", "unverified": "yellow", "unchecked": "yellow"}
@@ -305,6 +311,7 @@ class Certificate:
         return data
 
     def to_json_string(self) -> str:
+        """[`to_json`][groupattn.check.Certificate.to_json] as indented JSON text."""
         return json.dumps(self.to_json(), indent=2)
 
     # ------------------------------------------------------------------ graph
@@ -340,8 +347,8 @@ class Certificate:
             raise ValueError(f"Certificate.save_graph: expected a .dot, .png, .svg or .pdf path, got {str(path)!r}")
         dot = shutil.which("dot")
         if dot is not None:
-            with atomic_path(path) as tmp:
-                subprocess.run([dot, f"-T{suffix}", "-o", str(tmp)], input=self.to_dot().encode(), check=True)
+            drawn = subprocess.run([dot, f"-T{suffix}"], input=self.to_dot().encode(), check=True, capture_output=True)
+            write_atomic(path, drawn.stdout)
             return path
         self._draw_matplotlib(path)
         return path
@@ -375,6 +382,6 @@ class Certificate:
         ax.set_title(f"{self.verdict.value} under {self.group.name}")
         ax.axis("off")
         fig.tight_layout()
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp)
+        with atomic_open(path) as fh:
+            fig.savefig(fh, format=path.suffix.lstrip(".").lower())
         plt.close(fig)

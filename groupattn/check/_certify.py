@@ -25,9 +25,9 @@ __all__ = ["certify", "default_input_type", "verify"]
 def default_input_type(example_input: torch.Tensor, group: Group) -> FieldType:
     """The field type ``certify`` assumes for an input of this shape.
 
-    ``(B, C, H, W)`` → :class:`GridField`; ``(B, C, |H|, H, W)`` → :class:`LiftedField`
-    of the group's point group; ``(B, N, C)`` → :class:`TokenField` over a square grid;
-    ``(B, C)`` → :class:`InvariantField`.
+    ``(B, C, H, W)`` → [`GridField`][groupattn.actions.GridField]; ``(B, C, |H|, H, W)`` → [`LiftedField`][groupattn.actions.LiftedField]
+    of the group's point group; ``(B, N, C)`` → [`TokenField`][groupattn.actions.TokenField] over a square grid;
+    ``(B, C)`` → [`InvariantField`][groupattn.actions.InvariantField].
 
     Raises
     ------
@@ -98,14 +98,14 @@ def certify(
     example_input
         An input batch; its shape fixes the concrete field types and groups.
     group
-        The group acting on the input, or a name for :func:`group_from_name`.
+        The group acting on the input, or a name for [`group_from_name`][groupattn.check.group_from_name].
     input_type
-        The input's field type; see :func:`default_input_type` for the default.
+        The input's field type; see [`default_input_type`][groupattn.check.default_input_type] for the default.
     verify
-        Also run :func:`verify`; a certificate the numerical check refutes becomes
+        Also run [`verify`][groupattn.check.verify]; a certificate the numerical check refutes becomes
         ``unverified`` with the disagreement listed.
     elements
-        Elements for the numerical check (see :func:`verify`).
+        Elements for the numerical check (see [`verify`][groupattn.check.verify]).
     output_type
         The field type the output must have; by default the input's type for an output of
         the same shape, otherwise any standard type the checker recognises.

@@ -32,7 +32,7 @@ class OutputInfo:
         Where the output sits in the model's return value (``""`` for a lone tensor,
         ``"[1]"``, ``"['logits']"``, …), or ``"the input, modified in place"``.
     verdict
-        Its :class:`Status`.
+        Its [`Status`][groupattn.check.Status].
     field_type
         How it moves (``InvariantField`` when invariant; ``None`` when unknown).
     output_group
@@ -54,6 +54,7 @@ class OutputInfo:
     node: str | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The attributes as a JSON-serialisable dictionary (statuses by value, types and groups by name)."""
         return {
             "path": self.path,
             "verdict": self.verdict.value,
@@ -73,7 +74,7 @@ def _check_generators(group: Group, generators: list[Any]) -> None:
     """Claims are proved for the generators: they must generate the whole group.
 
     Permutation groups are built from their generators; other finite groups of order
-    up to :data:`GENERATION_CHECK_LIMIT` are closed under the generators and compared
+    up to ``GENERATION_CHECK_LIMIT`` are closed under the generators and compared
     with their order.
     """
     if not isinstance(group, FiniteGroup) or isinstance(group, PermutationGroup):
@@ -122,7 +123,7 @@ def certify_network(
     input_type: FieldType,
     output_type: FieldType | None = None,
 ) -> Certificate:
-    """Certify ``model`` on ``example_input`` (see :func:`groupattn.check.certify`)."""
+    """Certify ``model`` on ``example_input`` (see [`groupattn.check.certify`][groupattn.check.certify])."""
     shape = tuple(int(s) for s in example_input.shape)
     cert = Certificate(Status.UNVERIFIED, group, input_type)
     try:

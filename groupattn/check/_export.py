@@ -125,7 +125,7 @@ def is_trusted_leaf(module: nn.Module, user_contracts: bool) -> bool:
     Only the exact class that defines ``contract`` is trusted: a subclass that
     inherits it (and may override ``forward``) is traced through. Library classes are
     leaves only where their body cannot be checked operator by operator (see
-    :func:`_library_leaves`); a user's class that declares ``contract`` is a leaf in
+    ``_library_leaves``); a user's class that declares ``contract`` is a leaf in
     the checker's second pass, when its body could not be verified.
     """
     cls = type(module)
@@ -311,7 +311,7 @@ def _close(first: Any, second: Any) -> bool:
 def _replay(model: nn.Module, program: Any, example: torch.Tensor) -> Any:
     """Run the exported graph itself (its lifted inputs in signature order) on the example.
 
-    Returns the user outputs as a flat list (what :func:`_same_function` compares);
+    Returns the user outputs as a flat list (what ``_same_function`` compares);
     calling the graph module directly avoids building an unlifted copy of it.
     """
     try:

@@ -10,7 +10,7 @@ first. An atom is one of
 
 A flattened token axis ``(B, N, C)`` over an ``h × w`` grid is the dimension
 ``(Y h)(X w)``; an attention matrix ``(B, N, N)`` has two such dimensions, moved
-jointly. The group acts on a tensor through its layout (:class:`LayoutField`), so the
+jointly. The group acts on a tensor through its layout ([`LayoutField`][groupattn.check.LayoutField]), so the
 verifier can move any tensor the checker has typed.
 """
 
@@ -145,7 +145,7 @@ def _channel_atoms(channels: Any, size: int) -> Dim | None:
 
 
 def field_from_layout(layout: Layout | None, group: Group | None = None) -> FieldType | None:
-    """The library field type of a layout (:class:`LayoutField` when there is none)."""
+    """The library field type of a layout ([`LayoutField`][groupattn.check.LayoutField] when there is none)."""
     if layout is None:
         return None
     if not is_moving(layout, group):
@@ -185,7 +185,7 @@ class LayoutField(FieldType):
     Parameters
     ----------
     layout
-        One tuple of :class:`Atom` per tensor dimension.
+        One tuple of [`Atom`][groupattn.check.Atom] per tensor dimension.
     """
 
     layout: Layout = ()
@@ -231,7 +231,7 @@ class LayoutField(FieldType):
 
 
 class ProbeResult(NamedTuple):
-    """Outcome of :func:`probe_layout`: the output layout and what went wrong, if anything."""
+    """Outcome of ``probe_layout``: the output layout and what went wrong, if anything."""
 
     layout: Layout | None
     dropped: str | None

@@ -92,7 +92,7 @@ def candidate_groups(group: Group, shape: tuple[int, ...]) -> list[Group]:
 
 
 def generator_map(field: FieldType, group: Group, element: Any, shape: tuple[int, ...], generator: Any) -> torch.Tensor | None:
-    """The map of ``element`` by ``field``, restricted to one sample for a :class:`SampleGenerator`."""
+    """The map of ``element`` by ``field``, restricted to one sample for a ``SampleGenerator``."""
     m = action_map(field, group, element, shape)
     if m is None or not isinstance(generator, SampleGenerator):
         return m

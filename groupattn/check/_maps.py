@@ -50,7 +50,7 @@ def _tolerant_ids(values: torch.Tensor) -> torch.Tensor:
 
 
 def constant_classes(c: Any) -> torch.Tensor:
-    """Value classes of a :class:`~._values.Constant`: equal in every evaluation (both
+    """Value classes of a ``Constant``: equal in every evaluation (both
     random draws and the current parameters), exactly when the constant is exact."""
     return value_classes(c.first, c.second, c.third, exact=c.exact)
 
@@ -58,7 +58,7 @@ def constant_classes(c: Any) -> torch.Tensor:
 def value_classes(first: torch.Tensor, second: torch.Tensor, third: torch.Tensor | None = None, exact: bool = False) -> torch.Tensor:
     """Long ids, one per entry, equal when both draws agree on the two entries.
 
-    Floating-point values agree when they are within :data:`VALUE_TOLERANCE` of each
+    Floating-point values agree when they are within ``VALUE_TOLERANCE`` of each
     other (relative); NaN entries compare equal to each other, and so do infinities
     of one sign.
     """

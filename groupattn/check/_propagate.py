@@ -1,9 +1,9 @@
 """Propagation: read the exported graph node by node and derive every value's claim.
 
-See :mod:`._values` for what a claim is. Nodes whose value cannot be derived are
+See ``._values`` for what a claim is. Nodes whose value cannot be derived are
 *broken* (no map exists) or *unverified* (the checker cannot tell); values computed
 from them inherit that status. Parameters are drawn at random twice (see
-:class:`._values.Constant`), so a certificate holds for every value of the
+``._values.Constant``), so a certificate holds for every value of the
 parameters, not only the current ones.
 """
 
@@ -60,7 +60,7 @@ class NodeRecord:
     op, target
         The graph op and a readable callee (ATen operator, or the leaf module's path).
     status
-        A :class:`~groupattn.contracts.Status`: ``equivariant``, ``invariant``,
+        A [`Status`][groupattn.check.Status]: ``equivariant``, ``invariant``,
         ``broken`` or ``unverified``; or ``input``, ``constant``, ``canonicalizing`` /
         ``frame`` (a canonicalizer's output and its frame) and ``static`` (Python values).
     description
@@ -154,7 +154,7 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
 
 
 def _free(t: torch.Tensor, seed: int) -> Constant:
-    """Two random draws, and the current value (see :class:`._values.Constant`)."""
+    """Two random draws, and the current value (see ``._values.Constant``)."""
     return Constant(_draw(t, seed), _draw(t, seed + 1), _wide(t))
 
 
@@ -485,7 +485,7 @@ def _repair(relations: Relations, node: Any, values: dict[str, Any]) -> tuple[Mo
 def _record_repair(
     graph: nx.DiGraph, records: dict[str, NodeRecord], values: dict[str, Any], node: Any, target: str, value: Moving, how: str
 ) -> None:
-    """Record a node whose claim came from :func:`_repair`."""
+    """Record a node whose claim came from ``_repair``."""
     values[node.name] = value
     records[node.name] = NodeRecord(
         node.name, node.op, target, Status(_status_of(value)), _describe(value) + ", " + how,

@@ -1,6 +1,6 @@
 """Relations between values: an orbit of tensors that the group permutes.
 
-A claim of :mod:`._values` relates a value to *itself*: ``v(g·x) = v(x)[m]``. Some
+A claim of ``._values`` relates a value to *itself*: ``v(g·x) = v(x)[m]``. Some
 equivariant networks have intermediates with no such claim, because the group moves
 them onto *each other*: in the orbit average ``Σ_k rot⁻ᵏ f(rotᵏ x)`` of a plain
 convolution ``f``, the term ``k`` at ``rot·x`` is the term ``k + 1`` at ``x``; in the
@@ -430,7 +430,7 @@ class Relations:
         When the partner copies entries of its root more than once (circular padding, an
         expand), the proxy also says so: it is the partner's gather ``P`` of a root that
         moves by ``W`` with ``W[P] = P[m]``, which lets the rules match the copies (as
-        for the claims of :mod:`._semantics`).
+        for the claims of ``._semantics``).
         """
         meta = _tensor_meta(self.nodes[slot])
         shape = tuple(int(s) for s in meta.shape)
@@ -598,7 +598,7 @@ class Relations:
 
 
 def _combinations(slots: list[str], options: list[list[tuple[str, torch.Tensor]]]) -> list[tuple[tuple[str, torch.Tensor], ...]]:
-    """Partner choices for the slots, at most :data:`MAX_COMBINATIONS`: first those that give
+    """Partner choices for the slots, at most ``MAX_COMBINATIONS``: first those that give
     one operand appearing in several slots (``q = k = v``) one partner, then the rest."""
     distinct = list(dict.fromkeys(slots))
     first: list[tuple[tuple[str, torch.Tensor], ...]] = []
@@ -613,7 +613,7 @@ def _combinations(slots: list[str], options: list[list[tuple[str, torch.Tensor]]
 
 
 def _is_same_sum(a: Any, node: Any) -> bool:
-    """Whether ``a`` is a symmetric operation (:data:`_SYMMETRIC`) of the same operator and
+    """Whether ``a`` is a symmetric operation (``_SYMMETRIC``) of the same operator and
     shape as ``node`` (a partial sum, product, … of ``node``'s tree)."""
     return (
         getattr(a, "op", None) == "call_function"

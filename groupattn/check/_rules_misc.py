@@ -1,6 +1,6 @@
 """Rules for run-time assertions and operators with data-dependent output shapes.
 
-Registered in :data:`._aten.RULES` when :mod:`._aten` is imported.
+Registered in ``._aten.RULES`` when ``._aten`` is imported.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Rules for operators that copy entries: views, indexing with constant indices, padding, concatenation.
 
-Registered in :data:`._aten.RULES` when :mod:`._aten` is imported.
+Registered in ``._aten.RULES`` when ``._aten`` is imported.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def _permutation_of_one(call: OpCall, data: list[Any], replace: dict[int, int]) 
     The outputs together must hold every entry of the operand exactly once (a bijection);
     then an output entry that copies entry ``s`` moves to the entry that copies ``m[s]``.
     Anything else (copies, fills, an invariant operand with value classes) goes to the
-    general :func:`movement`.
+    general ``movement``.
     """
     if len(data) != 1 or not isinstance(data[0], Moving) or data[0].invariant or data[0].source is not None:
         return None

@@ -1,6 +1,6 @@
 """Rules for normalisation layers with affine parameters, and embeddings.
 
-Registered in :data:`._aten.RULES` when :mod:`._aten` is imported.
+Registered in ``._aten.RULES`` when ``._aten`` is imported.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Rules for elementwise operators (PyTorch's pointwise tag), casts and dropout.
 
-Registered in :data:`._aten.RULES` when :mod:`._aten` is imported.
+Registered in ``._aten.RULES`` when ``._aten`` is imported.
 """
 
 from __future__ import annotations

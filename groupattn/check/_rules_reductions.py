@@ -1,6 +1,6 @@
 """Rules for reductions and normalisations along dims: sums, extrema, soft-max, sorting.
 
-Registered in :data:`._aten.RULES` when :mod:`._aten` is imported.
+Registered in ``._aten.RULES`` when ``._aten`` is imported.
 """
 
 from __future__ import annotations

@@ -1,17 +1,17 @@
-"""The five families of exact rules, on checker values (see :mod:`._values`).
+"""The five families of exact rules, on checker values (see ``._values``).
 
-- :func:`pointwise` — elementwise functions of broadcast operands;
-- :func:`movement` — copies and fills (views, indexing with constant indices, padding,
+- ``pointwise`` — elementwise functions of broadcast operands;
+- ``movement`` — copies and fills (views, indexing with constant indices, padding,
   concatenation, unfolding, …), read off by running the operation on index probes;
-- :func:`reduce` / :func:`normalize` — functions of the entries along some dims that do
+- ``reduce`` / ``normalize`` — functions of the entries along some dims that do
   not depend on their order (sums, maxima, soft-max, norms);
-- :func:`contract` — sums of products over a shared index (matrix products, einsum,
+- ``contract`` — sums of products over a shared index (matrix products, einsum,
   linear layers, convolutions after unfolding), where a constant operand may absorb a
   permutation of the summed index if its values are invariant under it.
 
 Every function either returns the output's value with its gather maps, or raises
-:class:`Breaks` (no map exists: the output cannot move with the input) or
-:class:`Unverifiable` (the checker cannot tell).
+``Breaks`` (no map exists: the output cannot move with the input) or
+``Unverifiable`` (the checker cannot tell).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _numel(shape: Sequence[int]) -> int:
 
 
 def check_budget(shape: Sequence[int], frame: Frame, what: str) -> None:
-    """Refuse (unverified) maps larger than :data:`MAX_MAP_ENTRIES`."""
+    """Refuse (unverified) maps larger than ``MAX_MAP_ENTRIES``."""
     cost = _numel(shape) * max(1, len(frame.generators))
     if cost > MAX_MAP_ENTRIES:
         raise Unverifiable(

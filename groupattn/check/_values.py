@@ -8,12 +8,12 @@ generator ``g`` of the group acting in ``y``'s frame::
 ``moves[g]`` is a long tensor (a *gather map*) with one entry per element of ``y``.
 For the network's input it is read off the input field type's action on an ``arange``
 tensor; every rule derives the maps of its outputs from the maps of its inputs and
-raises :class:`Breaks` or :class:`Unverifiable` when no map exists or when it cannot
+raises ``Breaks`` or ``Unverifiable`` when no map exists or when it cannot
 tell. Because each claim holds for every input, claims compose along the graph, and
 a claim for the generators is a claim for the whole group.
 
 Values that do not depend on the input (parameters, buffers, constants) are
-:class:`Constant`: they are evaluated twice, with two independent random draws of
+``Constant``: they are evaluated twice, with two independent random draws of
 every floating-point parameter, so two entries count as equal only when they are equal
 as functions of the parameters (not merely at their current values).
 """
@@ -81,8 +81,8 @@ class Frame:
     group
         The group whose generators the claims are made for.
     generators
-        ``group.generators()`` in the input frame; :class:`SampleGenerator` s (every
-        generator for every sample) in a canonicalizer's frame. Each :class:`Moving`
+        ``group.generators()`` in the input frame; ``SampleGenerator`` s (every
+        generator for every sample) in a canonicalizer's frame. Each ``Moving``
         holds one gather map per entry.
     node
         The canonicalizer's node ("" for the input frame).

@@ -1,9 +1,9 @@
 """``verify``: measure equivariance numerically — every output, any group, ties and NaN told apart.
 
-:func:`verify` runs a float64 copy of the model on ``x`` and on ``g·x`` for a few group
+[`verify`][groupattn.check.verify] runs a float64 copy of the model on ``x`` and on ``g·x`` for a few group
 elements and compares every tensor leaf of the output pytree with the moved output.
-:func:`attach_verification` is how :func:`~groupattn.check.certify` (``verify=True``)
-and ``groupattn check`` fold the measurement into a :class:`Certificate`: a certified
+[`attach_verification`][groupattn.check.attach_verification] is how [`certify`][groupattn.check.certify] (``verify=True``)
+and ``groupattn check`` fold the measurement into a [`Certificate`][groupattn.check.Certificate]: a certified
 network that the numbers refute is *not* certified (its verdict becomes
 ``UNVERIFIED`` and the disagreement is listed), unless the failing samples are exactly
 those where a canonicalizer met a tie or the input is not finite.
@@ -23,11 +23,14 @@ import torch
 from torch import nn
 from torch.utils._pytree import GetAttrKey, keystr, tree_flatten_with_path
 
+from .._errors import VerificationBudgetError  # defined with the library's error hierarchy
 from ..actions import FieldType, GridField, InvariantField, TokenField
 from ..canonical import (
+    NEAR_TIE_ULPS,
     CanonicalizationEvent,
     CanonicalizationRecorder,
     Canonicalized,
+    near_ties_between,
     record_canonicalizations,
 )
 from ..contracts import Status
@@ -48,10 +51,6 @@ __all__ = [
 
 #: How much slower a float64 forward is than the model's own dtype, for estimates.
 FLOAT64_FACTOR = 2.0
-
-
-class VerificationBudgetError(ValueError):
-    """The numerical check would take longer than its budget (raised before paying it)."""
 
 
 # ---------------------------------------------------------------------------- report
@@ -95,13 +94,16 @@ class OutputCheck:
 
     @property
     def max_error(self) -> float:
+        """The largest error over the tested elements and every sample (0 when nothing was compared)."""
         return max(self.errors.values(), default=0.0)
 
     @property
     def max_clean_error(self) -> float:
+        """The largest error over the samples that are not excused (0 when every sample was)."""
         return max(self.clean_errors.values(), default=0.0)
 
     def to_json(self) -> dict[str, Any]:
+        """The attributes, both largest errors and the worst element (its ``repr``), JSON-serialisable."""
         worst = max(self.errors, key=self.errors.__getitem__) if self.errors else None
         return {
             "path": self.path,
@@ -117,16 +119,16 @@ class OutputCheck:
 
 @dataclass
 class DetailedVerificationReport(VerificationReport):
-    """A :class:`VerificationReport` with one entry per output leaf and the excused samples.
+    """A [`VerificationReport`][groupattn.check.VerificationReport] with one entry per output leaf and the excused samples.
 
     ``errors`` (and ``max_error``, ``equivariant``) cover every compared leaf and every
-    sample; :attr:`refuted` counts only the samples without a canonicalizer tie or
+    sample; [`refuted`][groupattn.check.DetailedVerificationReport.refuted] counts only the samples without a canonicalizer tie or
     non-finite values.
 
     Attributes
     ----------
     outputs
-        One :class:`OutputCheck` per leaf of the output pytree (flatten order).
+        One [`OutputCheck`][groupattn.check.OutputCheck] per leaf of the output pytree (flatten order).
     excused
         ``{sample index: why}`` for the samples whose errors do not count against the
         network: a canonicalizer tie (the frame is ambiguous) or NaN/inf in the input or
@@ -189,6 +191,12 @@ class DetailedVerificationReport(VerificationReport):
         return out
 
     def to_json(self) -> dict[str, Any]:
+        """[`VerificationReport.to_json`][groupattn.check.VerificationReport.to_json] and the details.
+
+        Adds one entry per output leaf ([`OutputCheck.to_json`][groupattn.check.OutputCheck.to_json]),
+        the largest error without the excused samples, ``refuted``, ``conclusive``, the
+        excused samples with their reasons, ``non_finite`` and the time taken.
+        """
         data = super().to_json()
         data.update(
             {
@@ -206,7 +214,7 @@ class DetailedVerificationReport(VerificationReport):
 
 @dataclass
 class VerificationCost:
-    """What :func:`estimate_verification` expects the numerical check to cost.
+    """What [`estimate_verification`][groupattn.check.estimate_verification] expects the numerical check to cost.
 
     Attributes
     ----------
@@ -223,6 +231,7 @@ class VerificationCost:
     total_s: float
 
     def describe(self) -> str:
+        """One line for messages: the estimated time, the elements and the time per forward pass."""
         return f"about {self.total_s:.3g} s ({self.elements} elements + 1 reference, {self.forward_s:.3g} s per forward)"
 
 
@@ -449,32 +458,36 @@ def verify(
 
     A copy of the model runs in ``dtype`` (float64 by default) in ``eval`` mode; group
     actions are exact permutations. **Every tensor leaf** of the output pytree (tuples,
-    lists, dicts, named tuples, :class:`~groupattn.canonical.Canonicalized`) is compared,
+    lists, dicts, named tuples, [`Canonicalized`][groupattn.canonical.Canonicalized]) is compared,
     each moved by its own field type, taken in turn from: the arguments; the
     certificate's per-output types (``certificate.outputs``, when the certificate has
     them); the model's own contract (the main output); the certificate's output type
-    (the main output); :func:`certify` run here; or a guess from the shapes. Leaves left
+    (the main output); [`certify`][groupattn.check.certify] run here; or a guess from the shapes. Leaves left
     in a canonicalizer's frame are compared up to their frame, sample by sample; the
     frame and margin leaves of a ``Canonicalized`` are not compared.
 
     Canonicalizer decisions are recorded wherever they happen (also inside modules that
     anchor without returning a ``Canonicalized``, e.g. an anchored
-    :class:`~groupattn.nn.PatchEmbedding`): a tie (margin 0 up to rounding) makes the
-    frame ambiguous and NaN/inf scores make it meaningless, so those samples — and
+    [`PatchEmbedding`][groupattn.nn.PatchEmbedding]): a tie (margin 0 up to the float64
+    rounding of the scores) makes the frame ambiguous, a near-tie at risk (a margin within
+    a few roundings of the precision in use, on values that upstream layers did not move
+    exactly with ``g``; see [`near_ties_between`][groupattn.canonical.near_ties_between])
+    makes it fragile, and
+    NaN/inf scores make it meaningless, so those samples — and
     samples whose input is not finite — are *excused*: reported, and left out of
-    :attr:`DetailedVerificationReport.refuted`.
+    [`DetailedVerificationReport.refuted`][groupattn.check.DetailedVerificationReport.refuted].
 
     Parameters
     ----------
     model, x, group
         The network, an input batch ``(B, ...)`` and the acting group (or its name).
     elements
-        Elements to test. Default: :func:`groupattn.testing.representative_elements` —
+        Elements to test. Default: [`groupattn.testing.representative_elements`][groupattn.testing.representative_elements] —
         every element of a group of order ≤ 16, otherwise the generators and 4 seeded
         samples (never enumerating a large group such as S_20).
     input_type
         The input's field type; default: the certificate's, else
-        :func:`~groupattn.check.default_input_type` (a G-set layout must be given).
+        [`default_input_type`][groupattn.check.default_input_type] (a G-set layout must be given).
     output_type
         A field type for every output leaf, or ``{path: field type}`` per leaf.
     output_group
@@ -484,11 +497,11 @@ def verify(
     dtype
         Evaluation dtype.
     tolerance
-        Relative tolerance; :func:`groupattn.testing.default_tolerance` of ``dtype``.
+        Relative tolerance; [`groupattn.testing.default_tolerance`][groupattn.testing.default_tolerance] of ``dtype``.
     certificate
         A certificate of the same model to take the types from.
     budget_s
-        Refuse (:class:`VerificationBudgetError`) when the measured reference forward
+        Refuse ([`VerificationBudgetError`][groupattn.check.VerificationBudgetError]) when the measured reference forward
         times the number of elements exceeds this many seconds; ``None``: no limit.
 
     Returns
@@ -545,7 +558,7 @@ def verify(
             model, y, leaves, xw, x, group, in_type, output_type, output_group, up_to_frame, certificate
         )
         moved_inputs = ((g, in_type.act(group, g, xw)) for g in elems)
-        checks, excused, tie_counts, nf_messages = _compare(
+        checks, excused, tie_counts, nf_messages, near_messages = _compare(
             run, y, leaves, plans, moved_inputs, group, batch, ref_events, non_finite_input
         )
     finally:
@@ -559,7 +572,7 @@ def verify(
         reasons = "; ".join(f"{c.label}: {c.skipped}" for c in checks) or "no tensor outputs"
         raise GroupError(f"verify: expected the model to return tensors it can compare, got {reasons}")
     ties = [f"{where}: {n} tied sample(s) over all evaluations" for where, n in tie_counts.items()]
-    ties += nf_messages
+    ties += near_messages + nf_messages
     non_finite = list(nf_messages)
     if non_finite_input:
         non_finite.insert(0, f"the input contains NaN/inf in sample(s) {non_finite_input}: those samples are not compared")
@@ -672,7 +685,7 @@ def _compare(
     batch: int,
     ref_events: list[CanonicalizationEvent],
     non_finite_input: list[int],
-) -> tuple[list[OutputCheck], dict[int, str], dict[str, int], list[str]]:
+) -> tuple[list[OutputCheck], dict[int, str], dict[str, int], list[str], list[str]]:
     checks = [OutputCheck(p.path, skipped=p.skipped) for p in plans]
     fields: dict[int, FieldType] = {}
     candidates: dict[int, list[torch.Tensor]] = {}
@@ -703,6 +716,7 @@ def _compare(
 
     excused: dict[int, str] = {b: "the input contains NaN/inf" for b in non_finite_input}
     tie_counts: dict[str, int] = {}
+    near_counts: dict[str, int] = {}
     nf_counts: dict[str, int] = {}
 
     def note(events: list[CanonicalizationEvent]) -> dict[int, tuple[str, str]]:
@@ -728,7 +742,10 @@ def _compare(
         flags = note(events)
         for b, flag in flags.items():
             excused.setdefault(b, why(flag) + f" (on {g!r}·input)")
-        bad = set(ref_flags) | set(flags) | set(non_finite_input)
+        near = _near_ties(ref_events, events, batch, near_counts)
+        for b, where in near.items():
+            excused.setdefault(b, f"canonicalizer near-tie in {where} (on {g!r}·input)")
+        bad = set(ref_flags) | set(flags) | set(near) | set(non_finite_input)
         leaves_g = _leaves(y_g)
         for p, c in zip(plans, checks):
             if c.skipped is not None:
@@ -756,7 +773,36 @@ def _compare(
     for where, n in nf_counts.items():
         cause = "the input contains NaN/inf" if non_finite_input else "NaN inside the network"
         messages.append(f"{where}: non-finite scores: {cause} ({n} sample(s) over all evaluations)")
-    return checks, excused, tie_counts, messages
+    near_messages = [
+        f"{where}: {n} near-tied sample(s) over all evaluations (margin within {NEAR_TIE_ULPS:g} roundings of "
+        "the precision in use, on values that upstream layers did not move exactly)"
+        for where, n in near_counts.items()
+    ]
+    return checks, excused, tie_counts, messages, near_messages
+
+
+def _near_ties(
+    reference: list[CanonicalizationEvent], moved: list[CanonicalizationEvent], batch: int, counts: dict[str, int]
+) -> dict[int, str]:
+    """``{model sample: where}`` of the near-ties at risk on a moved input (see ``near_ties_between``).
+
+    The events of the two runs are paired in call order; when the runs made different
+    calls (data-dependent control flow) nothing is paired and nothing is excused.
+    """
+    if len(reference) != len(moved):
+        return {}
+    out: dict[int, str] = {}
+    for ref, ev in zip(reference, moved):
+        samples = batch if batch > 0 and ev.batch != batch and ev.batch % batch == 0 else None
+        risk = near_ties_between(ref, ev, samples)
+        if not bool(risk.any()):
+            continue
+        where = ev.where or "canonicalizer"
+        counts[where] = counts.get(where, 0) + int(risk.sum())
+        flagged = CanonicalizationEvent(where, ev.candidates, ev.margin, risk, torch.zeros_like(risk))
+        for b in _flagged([flagged], batch):
+            out.setdefault(b, where)
+    return out
 
 
 def _frame_errors(actual: torch.Tensor, candidates: list[torch.Tensor], batch: int) -> torch.Tensor:
@@ -781,11 +827,11 @@ def estimate_verification(
     elements: Iterable[Any] | None = None,
     dtype: torch.dtype = torch.float64,
 ) -> VerificationCost:
-    """Estimate what :func:`verify` will cost, from one forward pass in the model's own dtype.
+    """Estimate what [`verify`][groupattn.check.verify] will cost, from one forward pass in the model's own dtype.
 
-    The number of elements comes from :func:`~groupattn.testing.representative_elements`
+    The number of elements comes from [`representative_elements`][groupattn.testing.representative_elements]
     (never enumerating a large group); a float64 forward is taken as
-    :data:`FLOAT64_FACTOR` times slower than a float32 one.
+    ``FLOAT64_FACTOR`` times slower than a float32 one.
     """
     count = len(list(elements)) if elements is not None else len(representative_elements(group))
     with _evaluation(model), torch.no_grad():
@@ -806,7 +852,7 @@ def attach_verification(
     *,
     budget_s: float | None = None,
 ) -> Certificate:
-    """Run :func:`verify` for ``cert`` and fold the result into it (in place; returned).
+    """Run [`verify`][groupattn.check.verify] for ``cert`` and fold the result into it (in place; returned).
 
     - Certified, and some sample without a tie or non-finite value is off by more than
       the tolerance: the checker is refuted. The verdict becomes ``UNVERIFIED`` (so

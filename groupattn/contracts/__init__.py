@@ -1,6 +1,6 @@
 """Contracts: the promise every module declares (input → output field type, and a kind).
 
-:class:`EquivariantModule` is the base class of modules that declare their input and
+[`EquivariantModule`][groupattn.contracts.EquivariantModule] is the base class of modules that declare their input and
 output field types: it checks every input against ``in_type`` and derives a default
 contract from the types.
 """

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
+from .._errors import ContractError
 from ..actions import FieldType
 from ..groups import Group
 
@@ -22,8 +23,6 @@ __all__ = [
 ]
 
 
-class ContractError(ValueError):
-    """Raised when a module's contract cannot be stated for the given group or input."""
 
 
 class Status(str, Enum):
@@ -40,13 +39,13 @@ class Status(str, Enum):
     - ``BROKEN``: not equivariant; the reason says why.
     - ``UNVERIFIED``: nothing is promised, or the checker cannot tell.
 
-    Only on the values of a checked graph (:class:`groupattn.check.NodeRecord`):
+    Only on the values of a checked graph ([`groupattn.check.NodeRecord`][groupattn.check.NodeRecord]):
     ``INPUT`` (the network's input), ``CONSTANT`` (does not depend on the input),
     ``FRAME`` (a canonicalizer's frame) and ``STATIC`` (a Python value).
 
     ``Status.BREAKS`` and ``Status.UNKNOWN`` are the names of earlier releases for
     ``BROKEN`` and ``UNVERIFIED`` (the same members); ``Status("breaks")`` and
-    ``Status("unknown")`` still work, with a :class:`DeprecationWarning`. ``Status`` and
+    ``Status("unknown")`` still work, with a ``DeprecationWarning``. ``Status`` and
     ``groupattn.check.Verdict`` are deprecated names of this class.
     """
 
@@ -84,7 +83,7 @@ class Contract:
     Attributes
     ----------
     kind
-        See :class:`Status`.
+        See [`Status`][groupattn.check.Status].
     input_type
         The field type the module expects (a tuple for several inputs).
     output_type
@@ -113,7 +112,7 @@ class Contract:
 
     @classmethod
     def invariant(cls, input_type: Any, output_type: FieldType | None = None) -> Contract:
-        """``f(g·x) = f(x)``; the output type defaults to :class:`~groupattn.actions.InvariantField`."""
+        """``f(g·x) = f(x)``; the output type defaults to [`InvariantField`][groupattn.actions.InvariantField]."""
         from ..actions import InvariantField
 
         return cls(Status.INVARIANT, input_type, output_type or InvariantField())
@@ -160,13 +159,18 @@ class Contract:
 class DeclaresContract(Protocol):
     """Protocol of modules that declare their contract.
 
-    ``contract(group, input_type=None)`` returns the :class:`Contract` for the acting
+    ``contract(group, input_type=None)`` returns the [`Contract`][groupattn.contracts.Contract] for the acting
     ``group``; with ``input_type=None`` the module states the input type it expects.
-    It raises :class:`ContractError` (or returns ``BREAKS``/``UNKNOWN``) for groups or
+    It raises [`ContractError`][groupattn.contracts.ContractError] (or returns ``BREAKS``/``UNKNOWN``) for groups or
     inputs it cannot promise anything about.
     """
 
-    def contract(self, group: Group, input_type: Any = None) -> Contract: ...
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """What the module promises under ``group`` for inputs of type ``input_type``.
+
+        With ``input_type=None`` the module states the input type it expects.
+        """
+        ...
 
 
 ContractFn = Callable[[Any, Group, Any], Contract]
@@ -177,7 +181,7 @@ def register_contract(target: Any) -> Callable[[ContractFn], ContractFn]:
     """Register a contract for a module class or a function you cannot edit.
 
     The decorated function receives ``(module_or_function, group, input_type)`` and
-    returns a :class:`Contract`. Registrations for a class apply to its subclasses.
+    returns a [`Contract`][groupattn.contracts.Contract]. Registrations for a class apply to its subclasses.
 
     Examples
     --------

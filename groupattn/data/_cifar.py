@@ -7,7 +7,7 @@ then 1,024 blue values of a 32 × 32 image, rows first) and ``labels`` (N ints 0
 ``batches.meta`` has ``label_names``. Nothing is downloaded.
 
 A pickle can run any code while it loads, so these files are read with a restricted
-unpickler (:func:`load_pickle_safely`) that knows only plain containers and NumPy's
+unpickler ([`load_pickle_safely`][groupattn.data.load_pickle_safely]) that knows only plain containers and NumPy's
 array reconstruction, and builds the arrays itself.
 """
 
@@ -45,7 +45,7 @@ CIFAR10_CLASSES: tuple[str, ...] = (
 """The ten CIFAR-10 classes, in label order (used when ``batches.meta`` is absent)."""
 
 MAX_PICKLE_BYTES = 256 * 2**20
-"""The largest pickle :func:`load_pickle_safely` reads: 256 MiB (a CIFAR-10 batch is about 31 MB)."""
+"""The largest pickle [`load_pickle_safely`][groupattn.data.load_pickle_safely] reads: 256 MiB (a CIFAR-10 batch is about 31 MB)."""
 
 _TRAIN_FILES = tuple(f"data_batch_{k}" for k in range(1, 6))
 _TEST_FILE = "test_batch"
@@ -92,7 +92,7 @@ class _DtypeSpec:
 
 
 class _ArraySpec:
-    """What the pickle says about an array; :meth:`build` makes it from the bytes alone."""
+    """What the pickle says about an array; ``build`` makes it from the bytes alone."""
 
     def __init__(self) -> None:
         self.array: np.ndarray | None = None
@@ -117,7 +117,7 @@ class _ArraySpec:
 
 
 class _Marker:
-    """Stands for ``numpy.ndarray``: only :func:`_reconstruct` accepts it; calling it is refused."""
+    """Stands for ``numpy.ndarray``: only ``_reconstruct`` accepts it; calling it is refused."""
 
     __slots__ = ()
 
@@ -216,7 +216,7 @@ def load_pickle_safely(source: str | Path | bytes, max_bytes: int = MAX_PICKLE_B
     source
         A file path, or the pickle's bytes.
     max_bytes
-        The largest file read (:data:`MAX_PICKLE_BYTES`, 256 MiB, by default).
+        The largest file read ([`MAX_PICKLE_BYTES`][groupattn.data.MAX_PICKLE_BYTES], 256 MiB, by default).
 
     Returns
     -------
@@ -259,7 +259,7 @@ def _keys_as_text(where: str, value: Any) -> dict[str, Any]:
 
 
 def read_cifar10_batch(path: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """Read one CIFAR-10 python batch file safely (:func:`load_pickle_safely`).
+    """Read one CIFAR-10 python batch file safely ([`load_pickle_safely`][groupattn.data.load_pickle_safely]).
 
     Returns
     -------
@@ -334,7 +334,7 @@ class CIFAR10Split:
     train_labels, test_labels
         int64 ``(N,)``, classes ``0 … 9``.
     class_names
-        From ``batches.meta`` (else :data:`CIFAR10_CLASSES`).
+        From ``batches.meta`` (else [`CIFAR10_CLASSES`][groupattn.data.CIFAR10_CLASSES]).
     normalization
         ``(mean, std)`` per channel applied to both splits (of the training images
         loaded), or ``None``.
@@ -386,7 +386,7 @@ def load_cifar10(
 
     ``path`` is the batch folder (``data_batch_1`` … ``data_batch_5``, ``test_batch``,
     optionally ``batches.meta``) or its parent holding ``cifar-10-batches-py``. Every
-    file is read with :func:`load_pickle_safely`; nothing is downloaded. Memory: the
+    file is read with [`load_pickle_safely`][groupattn.data.load_pickle_safely]; nothing is downloaded. Memory: the
     full set is about 740 MB as float32; ``limit`` converts only the first images.
 
     Parameters

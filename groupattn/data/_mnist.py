@@ -37,7 +37,7 @@ MNIST_SIDE = 28
 """Side of an MNIST image, in pixels."""
 
 MNIST_PROTOCOLS: tuple[str, ...] = ("rotated", "upright")
-"""The rotated-MNIST protocols of :func:`load_rotated_mnist`: ``"rotated"`` (train and test
+"""The rotated-MNIST protocols of [`load_rotated_mnist`][groupattn.data.load_rotated_mnist]: ``"rotated"`` (train and test
 rotated, the literature's rotated MNIST) and ``"upright"`` (train upright, test rotated)."""
 
 _N_IMAGES = 5000
@@ -125,14 +125,14 @@ def load_mnist(canvas: int = MNIST_SIDE, test_fraction: float = 0.25, seed: int 
 
 @dataclass
 class RotatedMNISTSplit(DigitsSplit):
-    """A rotated-MNIST split: :class:`DigitsSplit` with the angle of every image.
+    """A rotated-MNIST split: [`DigitsSplit`][groupattn.data.DigitsSplit] with the angle of every image.
 
     Attributes
     ----------
     train_angles, test_angles
         Float64 ``(N,)``: the angle (radians, counter-clockwise) each image was rotated by.
     protocol
-        ``"rotated"`` or ``"upright"`` (see :func:`load_rotated_mnist`).
+        ``"rotated"`` or ``"upright"`` (see [`load_rotated_mnist`][groupattn.data.load_rotated_mnist]).
     """
 
     train_angles: torch.Tensor
@@ -152,9 +152,9 @@ def load_rotated_mnist(
     Every digit gets one angle drawn uniformly from ``[0, 2π)`` (seeded, so the angles
     and the split are the same on every machine), as in the literature's rotated MNIST
     (Larochelle et al. 2007; the benchmark of group-equivariant networks), and is turned
-    by it with :func:`~groupattn.data.rotate`: bilinear interpolation about the image
+    by it with [`rotate`][groupattn.data.rotate]: bilinear interpolation about the image
     centre, zero outside the inscribed disc (``mask="disc"``; MNIST digits lie inside
-    it). The split is the seeded shuffle of :func:`load_mnist` (same ``seed``, same
+    it). The split is the seeded shuffle of [`load_mnist`][groupattn.data.load_mnist] (same ``seed``, same
     split).
 
     Protocols:
@@ -172,9 +172,9 @@ def load_rotated_mnist(
     canvas
         Side of the images (at least 28); the digits are centred on it before rotating.
     test_fraction, seed
-        As in :func:`load_mnist`.
+        As in [`load_mnist`][groupattn.data.load_mnist].
     mask
-        ``"disc"`` or ``"image"`` (see :func:`~groupattn.data.rotate`).
+        ``"disc"`` or ``"image"`` (see [`rotate`][groupattn.data.rotate]).
 
     Returns
     -------

@@ -25,8 +25,8 @@ __all__ = [
 ]
 
 RotationMask = Literal["disc", "image"]
-"""Where a rotated image keeps its pixels (:func:`rotate`): ``"disc"`` (inside the inscribed
-disc, :func:`disc_mask`) or ``"image"`` (everywhere)."""
+"""Where a rotated image keeps its pixels ([`rotate`][groupattn.data.rotate]): ``"disc"`` (inside the inscribed
+disc, [`disc_mask`][groupattn.data.disc_mask]) or ``"image"`` (everywhere)."""
 
 #: Rotated images are computed in chunks of this many images (bounds the index tensors' memory).
 _CHUNK = 512
@@ -134,13 +134,13 @@ def rotate(
     input, by bilinear interpolation of its four neighbours, at its own position turned
     back by the angle about the centre ``((H − 1) / 2, (W − 1) / 2)``; neighbours
     outside the image read ``fill``. With ``mask="disc"`` (the default) every output
-    pixel outside the inscribed disc (:func:`disc_mask`) is then set to ``fill`` — at
+    pixel outside the inscribed disc ([`disc_mask`][groupattn.data.disc_mask]) is then set to ``fill`` — at
     every angle, 0 included — so that all rotations of one image show the same disc of
     content and nothing from the corners. With ``mask="image"`` the corners are kept
     (and the corners turned in from outside the image are ``fill``).
 
     Multiples of a quarter turn are exact permutations of the pixels of a square image
-    (equal to :func:`~groupattn.data.rotate_quarter_turns`, then the mask).
+    (equal to [`rotate_quarter_turns`][groupattn.data.rotate_quarter_turns], then the mask).
 
     Parameters
     ----------
@@ -184,7 +184,7 @@ def random_angles(n: int, seed: int = 0) -> torch.Tensor:
 def random_rotations(
     images: torch.Tensor, seed: int = 0, mask: RotationMask = "disc", fill: float | Sequence[float] = 0.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotate each image by a seeded angle drawn uniformly from ``[0, 2π)`` (see :func:`rotate`).
+    """Rotate each image by a seeded angle drawn uniformly from ``[0, 2π)`` (see [`rotate`][groupattn.data.rotate]).
 
     Returns
     -------
@@ -239,7 +239,7 @@ def random_translations(
     """Shift each image non-circularly by a seeded offset uniform in ``[-max_shift, max_shift]²``.
 
     The same as taking a uniformly random ``H × W`` crop of the image padded by
-    ``max_shift`` pixels of ``fill`` on every side (see :func:`translate`).
+    ``max_shift`` pixels of ``fill`` on every side (see [`translate`][groupattn.data.translate]).
 
     Returns
     -------

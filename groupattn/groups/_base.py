@@ -8,17 +8,19 @@ from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._errors import GroupError
+
 __all__ = ["ENUMERATION_BUDGET", "WORD_BUDGET", "FiniteGroup", "Group", "GroupElement", "GroupError"]
 
-#: The most elements :meth:`FiniteGroup.elements` lists (and :meth:`FiniteGroup.index`,
-#: :meth:`FiniteGroup.cayley_table`, … that need the list). A group whose order is known
+#: The most elements ``FiniteGroup.elements`` lists (and ``FiniteGroup.index``,
+#: ``FiniteGroup.cayley_table``, … that need the list). A group whose order is known
 #: without listing it (a formula, or Schreier–Sims for permutation groups) and exceeds
-#: this is refused with :class:`GroupError` before anything is listed.
+#: this is refused with ``GroupError`` before anything is listed.
 ENUMERATION_BUDGET = 1_000_000
 """The most elements ``elements()`` (and what needs the list) enumerates; larger groups raise ``GroupError``."""
 
-#: The most elements the default :meth:`FiniteGroup.word` visits in its breadth-first
-#: search of the Cayley graph; larger groups are refused with :class:`GroupError`
+#: The most elements the default ``FiniteGroup.word`` visits in its breadth-first
+#: search of the Cayley graph; larger groups are refused with ``GroupError``
 #: (permutation groups, cyclic, dihedral, translation and product groups compute words
 #: without that search).
 WORD_BUDGET = 100_000
@@ -53,16 +55,9 @@ def _describe(obj: object) -> str:
     return f"an instance of {_public_type_name(obj)}"
 
 
-class GroupError(ValueError):
-    """Raised for an invalid group, element or group operation.
-
-    The message names the group, what it expected and what it got.
-    """
-
-
 @dataclass(frozen=True)
 class GroupElement:
-    """An element of a :class:`Group`, tied to the group it belongs to.
+    """An element of a [`Group`][groupattn.groups.Group], tied to the group it belongs to.
 
     Elements compare equal and hash equal exactly when they belong to equal groups and
     have equal values, so they can be used as dictionary keys. ``a * b`` composes
@@ -98,14 +93,14 @@ class GroupElement:
 class Group(ABC):
     """Abstract base class of all groups: algebra only.
 
-    A subclass implements :meth:`_identity`, :meth:`_compose`, :meth:`_inverse`,
-    :meth:`_validate` (normalise a raw value or raise), :meth:`generators` and
-    :meth:`_sample`; finite groups derive from :class:`FiniteGroup` instead and also
-    implement :meth:`FiniteGroup._enumerate`. Everything public here accepts either a
-    :class:`GroupElement` of this group or a raw value, and returns
-    :class:`GroupElement` objects.
+    A subclass implements ``_identity``, ``_compose``, ``_inverse``,
+    ``_validate`` (normalise a raw value or raise), [`generators`][groupattn.groups.Group.generators] and
+    ``_sample``; finite groups derive from [`FiniteGroup`][groupattn.groups.FiniteGroup] instead and also
+    implement ``FiniteGroup._enumerate``. Everything public here accepts either a
+    [`GroupElement`][groupattn.groups.GroupElement] of this group or a raw value, and returns
+    [`GroupElement`][groupattn.groups.GroupElement] objects.
 
-    Groups are compared by :meth:`key`, a hashable description of the group, so two
+    Groups are compared by [`key`][groupattn.groups.Group.key], a hashable description of the group, so two
     separately built ``CyclicGroup(4)`` are equal.
     """
 
@@ -128,7 +123,7 @@ class Group(ABC):
 
     @abstractmethod
     def _validate(self, value: Any) -> Any:
-        """Return the normalised raw value, or raise :class:`GroupError`."""
+        """Return the normalised raw value, or raise [`GroupError`][groupattn.groups.GroupError]."""
 
     @abstractmethod
     def generators(self) -> list[GroupElement]:
@@ -226,15 +221,15 @@ class Group(ABC):
 class FiniteGroup(Group):
     """A group with finitely many elements, indexed by integers once listed.
 
-    ``elements()`` lists the elements in a fixed order; :meth:`index` gives an element's
+    ``elements()`` lists the elements in a fixed order; [`index`][groupattn.groups.FiniteGroup.index] gives an element's
     position in that list, which is how elements are batched as tensors. Subclasses
-    implement :meth:`_enumerate` and the other abstract methods of :class:`Group`.
+    implement ``_enumerate`` and the other abstract methods of [`Group`][groupattn.groups.Group].
 
-    Listing is refused (:class:`GroupError`) for a group whose order is known to exceed
-    :data:`ENUMERATION_BUDGET`: a subclass that knows its order without listing (a
+    Listing is refused ([`GroupError`][groupattn.groups.GroupError]) for a group whose order is known to exceed
+    [`ENUMERATION_BUDGET`][groupattn.groups.ENUMERATION_BUDGET]: a subclass that knows its order without listing (a
     formula) overrides ``_order_without_enumeration()`` to return it, and then
-    :meth:`order` never lists. :meth:`word` writes any element as a product of
-    :meth:`generators`.
+    [`order`][groupattn.groups.FiniteGroup.order] never lists. [`word`][groupattn.groups.FiniteGroup.word] writes any element as a product of
+    [`generators`][groupattn.groups.Group.generators].
     """
 
     _elements_cache: list[Any] | None = None
@@ -258,7 +253,7 @@ class FiniteGroup(Group):
         return None
 
     def _enumeration_budget(self) -> int:
-        """The most elements :meth:`elements` lists (default :data:`ENUMERATION_BUDGET`)."""
+        """The most elements [`elements`][groupattn.groups.FiniteGroup.elements] lists (default [`ENUMERATION_BUDGET`][groupattn.groups.ENUMERATION_BUDGET])."""
         return ENUMERATION_BUDGET
 
     def _values(self) -> list[Any]:
@@ -284,7 +279,7 @@ class FiniteGroup(Group):
         ------
         GroupError
             If the group's order is known to exceed the enumeration budget
-            (:data:`ENUMERATION_BUDGET` unless the group sets its own).
+            ([`ENUMERATION_BUDGET`][groupattn.groups.ENUMERATION_BUDGET] unless the group sets its own).
         """
         return [GroupElement(self, v) for v in self._values()]
 
@@ -302,13 +297,13 @@ class FiniteGroup(Group):
         return known if known is not None else len(self._values())
 
     def index(self, a: Any) -> int:
-        """The position of ``a`` in :meth:`elements`."""
+        """The position of ``a`` in [`elements`][groupattn.groups.FiniteGroup.elements]."""
         self._values()
         assert self._index_cache is not None
         return self._index_cache[self.element(a).value]
 
     def from_index(self, i: int) -> GroupElement:
-        """The element at position ``i`` of :meth:`elements`."""
+        """The element at position ``i`` of [`elements`][groupattn.groups.FiniteGroup.elements]."""
         vals = self._values()
         if not isinstance(i, int) or not 0 <= i < len(vals):
             raise GroupError(
@@ -334,13 +329,13 @@ class FiniteGroup(Group):
 
     # ------------------------------------------------------------------ words
     def word(self, g: Any) -> list[int]:
-        """Write ``g`` as a product of the generators: indices into :meth:`generators`.
+        """Write ``g`` as a product of the generators: indices into [`generators`][groupattn.groups.Group.generators].
 
         The convention: for ``gens = self.generators()`` and ``w = self.word(g)``,
 
         ``g == gens[w[0]] * gens[w[1]] * … * gens[w[-1]]``
 
-        with ``*`` the group's own :meth:`compose` (``a * b`` is "``a`` after ``b``"),
+        with ``*`` the group's own [`compose`][groupattn.groups.Group.compose] (``a * b`` is "``a`` after ``b``"),
         evaluated left to right (any bracketing gives the same, by associativity). The
         identity gives ``[]``. Acting on something, the **last** letter acts first:
         ``g·x = gens[w[0]]·(gens[w[1]]·(… (gens[w[-1]]·x)))``, so a permutation action
@@ -349,7 +344,7 @@ class FiniteGroup(Group):
 
         The default is a breadth-first search of the Cayley graph from the identity
         (right multiplication by each generator, in order), run once and cached: the
-        word is a shortest one. It visits at most :data:`WORD_BUDGET` elements.
+        word is a shortest one. It visits at most [`WORD_BUDGET`][groupattn.groups.WORD_BUDGET] elements.
         Cyclic, dihedral, translation, product and permutation groups override it with
         a formula or Schreier–Sims, so their words need no search (and may be longer
         than the shortest).
@@ -357,7 +352,7 @@ class FiniteGroup(Group):
         Parameters
         ----------
         g
-            An element of this group (or a raw value :meth:`element` accepts).
+            An element of this group (or a raw value [`element`][groupattn.groups.Group.element] accepts).
 
         Returns
         -------
@@ -367,7 +362,7 @@ class FiniteGroup(Group):
         Raises
         ------
         GroupError
-            If ``g`` is not an element, the group exceeds :data:`WORD_BUDGET`, or ``g``
+            If ``g`` is not an element, the group exceeds [`WORD_BUDGET`][groupattn.groups.WORD_BUDGET], or ``g``
             is not reachable from the generators (they do not generate the group).
         """
         value = self.element(g).value

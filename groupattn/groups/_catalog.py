@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,30 +18,55 @@ from ._translations import GridTranslations, TorusTranslations
 __all__ = ["AxiomReport", "builtin_groups", "check_group_axioms"]
 
 
-def builtin_groups() -> dict[str, Group]:
-    """One representative of every built-in family, keyed by a short name."""
+def _hexagon() -> Group:
+    """The symmetries of a hexagon's six vertices (D6 as a permutation group)."""
+    return PermutationGroup([[1, 2, 3, 4, 5, 0], [0, 5, 4, 3, 2, 1]], name="hexagon")
+
+
+def _petersen() -> Group:
+    """The automorphism group of the Petersen graph (S5 acting on its ten vertices)."""
     import networkx as nx
 
     from ._permutation import graph_automorphism_group
 
+    return graph_automorphism_group(nx.petersen_graph())
+
+
+#: The groups that need no size, by catalogue name (also names ``parse_group_name`` accepts).
+_FIXED_GROUPS: dict[str, Callable[[], Group]] = {
+    "trivial": lambda: CyclicGroup(1),
+    "z2": GridTranslations,
+    "s5": lambda: SymmetricGroup(5),
+    "hexagon": _hexagon,
+    "petersen": _petersen,
+}
+
+
+def builtin_groups() -> dict[str, Group]:
+    """One representative of every built-in family, keyed by a short name.
+
+    Every key is a name [`parse_group_name`][groupattn.groups.parse_group_name] accepts; the
+    families that act on an ``H × W`` grid (``torus``, ``p4``, ``p4m``) are shown on an
+    ``8 × 8`` one here (``parse_group_name("p4", (8, 8)) == builtin_groups()["p4"]``).
+    """
     return {
-        "trivial": CyclicGroup(1),
+        "trivial": _FIXED_GROUPS["trivial"](),
         "c4": CyclicGroup(4),
         "c8": CyclicGroup(8),
         "d4": DihedralGroup(4),
         "torus": TorusTranslations(8, 8),
-        "z2": GridTranslations(),
+        "z2": _FIXED_GROUPS["z2"](),
         "p4": p4(8),
         "p4m": p4m(8),
-        "s5": SymmetricGroup(5),
-        "hexagon": PermutationGroup([[1, 2, 3, 4, 5, 0], [0, 5, 4, 3, 2, 1]], name="hexagon"),
-        "petersen": graph_automorphism_group(nx.petersen_graph()),
+        "s5": _FIXED_GROUPS["s5"](),
+        "hexagon": _FIXED_GROUPS["hexagon"](),
+        "petersen": _FIXED_GROUPS["petersen"](),
     }
 
 
 @dataclass
 class AxiomReport:
-    """Outcome of :func:`check_group_axioms` for one group."""
+    """Outcome of [`check_group_axioms`][groupattn.groups.check_group_axioms] for one group."""
 
     group: Group
     checked_triples: int
@@ -63,7 +89,7 @@ def check_group_axioms(group: Group, max_elements: int = 24, seed: int = 0) -> A
     on points for permutation groups, exactly on images for translations and point groups
     acting exactly on the grid (C4, D4, p4, p4m, …), and on float coordinates for other
     point groups (C8, D6, …). Groups without a built-in action (e.g. a user subclass of
-    :class:`FiniteGroup`) get the axioms only (``AxiomReport.action`` says which).
+    [`FiniteGroup`][groupattn.groups.FiniteGroup]) get the axioms only (``AxiomReport.action`` says which).
     """
     if not isinstance(group, Group):
         raise GroupError(f"check_group_axioms: expected a Group, got {_describe(group)}")

@@ -1,12 +1,12 @@
 """Permutation groups from generators, the symmetric group and graph automorphisms.
 
-Nothing here lists a group's elements unless :meth:`FiniteGroup.elements` (or something
-that needs the list: :meth:`FiniteGroup.index`, :meth:`FiniteGroup.cayley_table`, an
+Nothing here lists a group's elements unless [`FiniteGroup.elements`][groupattn.groups.FiniteGroup.elements] (or something
+that needs the list: [`FiniteGroup.index`][groupattn.groups.FiniteGroup.index], [`FiniteGroup.cayley_table`][groupattn.groups.FiniteGroup.cayley_table], an
 element given by its index) is asked for. Order, membership, uniform sampling, words in
 the generators and point stabilisers come from a stabiliser chain computed by
-Schreier–Sims (see :mod:`groupattn.groups._schreier`); automorphism groups of graphs
+Schreier–Sims (see ``groupattn.groups._schreier``); automorphism groups of graphs
 come from an individualisation–refinement search that finds a base and strong
-generators directly (see :mod:`groupattn.groups._automorphisms`).
+generators directly (see ``groupattn.groups._automorphisms``).
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ Permutation = tuple[int, ...]
 _SHORTEST_WORDS_UP_TO = 10_000
 
 #: The most transversal slots (``Σ |Δᵢ|``, the sum of the basic orbit lengths) for which
-#: :meth:`PermutationGroup.word` builds its word table; its cost grows about with the
+#: ``PermutationGroup.word`` builds its word table; its cost grows about with the
 #: square of that number (S_30, 435 slots: under a second; 5 000 slots: tens of
-#: seconds). Larger groups are refused with :class:`GroupError` (S_n itself never is:
+#: seconds). Larger groups are refused with ``GroupError`` (S_n itself never is:
 #: it has a closed form).
 WORD_TABLE_BUDGET = 5_000
 
@@ -89,16 +89,16 @@ class PermutationGroup(FiniteGroup):
 
     A permutation ``p`` sends point ``i`` to ``p[i]``; ``(p · q)[i] = p[q[i]]`` (first
     ``q``, then ``p``). Elements are their permutations (tuples of ints);
-    :meth:`permutation` returns it, and :meth:`element` accepts a permutation (checked
-    for membership) or an index into :meth:`elements`.
+    [`permutation`][groupattn.groups.PermutationGroup.permutation] returns it, and [`element`][groupattn.groups.Group.element] accepts a permutation (checked
+    for membership) or an index into [`elements`][groupattn.groups.FiniteGroup.elements].
 
     A stabiliser chain (base, strong generators, transversals) is computed by
-    Schreier–Sims on first need; with it :meth:`order`, :meth:`contains`,
-    :meth:`sample` (uniform), :meth:`word` and :meth:`stabilizer` never list the
+    Schreier–Sims on first need; with it [`order`][groupattn.groups.PermutationGroup.order], [`contains`][groupattn.groups.Group.contains],
+    [`sample`][groupattn.groups.PermutationGroup.sample] (uniform), [`word`][groupattn.groups.PermutationGroup.word] and [`stabilizer`][groupattn.groups.PermutationGroup.stabilizer] never list the
     elements, so they work for S_20 or the automorphisms of a large graph.
-    :meth:`elements` lists the group (breadth-first over the generators, the identity
+    [`elements`][groupattn.groups.FiniteGroup.elements] lists the group (breadth-first over the generators, the identity
     first) only when its order is at most the enumeration budget: ``max_order`` when
-    given, else :data:`~groupattn.groups.ENUMERATION_BUDGET`. Two permutation groups
+    given, else [`ENUMERATION_BUDGET`][groupattn.groups.ENUMERATION_BUDGET]. Two permutation groups
     are equal when they have the same degree and the same elements (tested by order
     and membership of the generators).
 
@@ -109,10 +109,10 @@ class PermutationGroup(FiniteGroup):
     degree
         Number of points; inferred from the generators when omitted.
     max_order
-        Optional bound you declare on the group's order: :meth:`order` and
-        :meth:`elements` raise :class:`GroupError` when the group is larger, and it
+        Optional bound you declare on the group's order: [`order`][groupattn.groups.PermutationGroup.order] and
+        [`elements`][groupattn.groups.FiniteGroup.elements] raise [`GroupError`][groupattn.groups.GroupError] when the group is larger, and it
         replaces the enumeration budget. ``None`` (default): no bound on the group,
-        listing limited by :data:`~groupattn.groups.ENUMERATION_BUDGET`.
+        listing limited by [`ENUMERATION_BUDGET`][groupattn.groups.ENUMERATION_BUDGET].
     name
         Display name.
 
@@ -225,7 +225,7 @@ class PermutationGroup(FiniteGroup):
         return list(self._chain().base)
 
     def strong_generators(self) -> list[Permutation]:
-        """A strong generating set relative to :meth:`base`.
+        """A strong generating set relative to [`base`][groupattn.groups.PermutationGroup.base].
 
         Those fixing ``b₀ … b_{i−1}`` generate the pointwise stabiliser of those points.
         """
@@ -314,12 +314,12 @@ class PermutationGroup(FiniteGroup):
         return tuple(self.element(g).value)
 
     def word(self, g: Any) -> list[int]:
-        """Write ``g`` as a product of :meth:`generators` (see :meth:`FiniteGroup.word`).
+        """Write ``g`` as a product of [`generators`][groupattn.groups.PermutationGroup.generators] (see [`FiniteGroup.word`][groupattn.groups.FiniteGroup.word]).
 
         ``g == gens[w[0]] * gens[w[1]] * … * gens[w[-1]]``; on points,
         ``perm(g)[i] = perm(gens[w[0]])[perm(gens[w[1]])[… perm(gens[w[-1]])[i]]]``.
         Groups of order at most 10 000 use the breadth-first search of
-        :meth:`FiniteGroup.word` (shortest words). Larger ones (up to
+        [`FiniteGroup.word`][groupattn.groups.FiniteGroup.word] (shortest words). Larger ones (up to
         ``WORD_TABLE_BUDGET = 5000`` transversal slots, ``Σ |Δᵢ|``) use a table holding, for every transversal slot of the stabiliser
         chain, an element and its word in the generators (built once, on first use, by
         a Schreier–Sims closure run on words, shortest products first); ``g`` is sifted
@@ -335,7 +335,7 @@ class PermutationGroup(FiniteGroup):
         Returns
         -------
         list[int]
-            Indices into :meth:`generators`; ``[]`` for the identity.
+            Indices into [`generators`][groupattn.groups.PermutationGroup.generators]; ``[]`` for the identity.
 
         Raises
         ------
@@ -407,7 +407,7 @@ class SymmetricGroup(PermutationGroup):
     n
         The number of points, ``n ≥ 1``.
     max_order
-        As for :class:`PermutationGroup`.
+        As for [`PermutationGroup`][groupattn.groups.PermutationGroup].
     """
 
     def __init__(self, n: int, max_order: int | None = None) -> None:
@@ -440,7 +440,7 @@ class SymmetricGroup(PermutationGroup):
         ``g`` is sorted by adjacent swaps (bubble passes from right to left), giving
         ``g = s_{a₁} · s_{a₂} ⋯`` with ``s_a = (a  a+1) = cᵃ · t · c^{n−a}``; adjacent
         runs of ``c`` are merged modulo ``n``. Length at most about ``1.5 n²`` for any
-        ``n``; no table is built. The convention is that of :meth:`FiniteGroup.word`:
+        ``n``; no table is built. The convention is that of [`FiniteGroup.word`][groupattn.groups.FiniteGroup.word]:
         ``g == gens[w[0]] * gens[w[1]] * …``.
 
         Parameters
@@ -451,7 +451,7 @@ class SymmetricGroup(PermutationGroup):
         Returns
         -------
         list[int]
-            Indices into :meth:`generators` (``0`` is ``t``, ``1`` is ``c``).
+            Indices into [`generators`][groupattn.groups.PermutationGroup.generators] (``0`` is ``t``, ``1`` is ``c``).
         """
         p = list(self.element(g).value)
         n = self.n
@@ -507,7 +507,7 @@ def graph_automorphism_group(graph: Any, max_order: int | None = None) -> Permut
 
     The automorphisms are **not** listed. An individualisation–refinement search (colour
     refinement, then a backtracking search down a stabiliser chain with orbit pruning;
-    see :mod:`groupattn.groups._automorphisms`) finds a base and a strong generating
+    see ``groupattn.groups._automorphisms``) finds a base and a strong generating
     set directly; the order is the product of the basic orbit lengths. Each generator
     enlarges an orbit, so there are at most ``log₂ |Aut|`` of them. A cycle ``C_100``,
     a ``10 × 10`` grid or ten disjoint 10-node paths (``2¹⁰ · 10!`` automorphisms) take
@@ -519,8 +519,8 @@ def graph_automorphism_group(graph: Any, max_order: int | None = None) -> Permut
     graph
         A ``networkx.Graph`` (or DiGraph, MultiGraph, …).
     max_order
-        Optional bound on the number of automorphisms: raise :class:`GroupError` when
-        the group is larger (and passed on to :class:`PermutationGroup`). ``None``
+        Optional bound on the number of automorphisms: raise [`GroupError`][groupattn.groups.GroupError] when
+        the group is larger (and passed on to [`PermutationGroup`][groupattn.groups.PermutationGroup]). ``None``
         (default): no bound.
 
     Returns

@@ -15,7 +15,7 @@ class PointGroup(FiniteGroup):
     """Base class of the finite subgroups of O(2) used as point groups.
 
     An element is a rotation by ``2π r / n`` possibly preceded by the reflection
-    ``(y, x) ↦ (y, −x)``. :meth:`rotation` and :meth:`is_reflection` read these off.
+    ``(y, x) ↦ (y, −x)``. [`rotation`][groupattn.groups.PointGroup.rotation] and [`is_reflection`][groupattn.groups.PointGroup.is_reflection] read these off.
     Grids are acted on exactly (by ``rot90`` and ``flip``) when ``n`` divides 4.
     """
 
@@ -91,7 +91,7 @@ class CyclicGroup(PointGroup):
 
     def word(self, g: Any) -> list[int]:
         """``[0] * r`` for the rotation ``r`` (the generator is rotation 1); see
-        :meth:`FiniteGroup.word` for the convention."""
+        [`FiniteGroup.word`][groupattn.groups.FiniteGroup.word] for the convention."""
         r = int(self.element(g).value)
         return [0] * r if self.n > 1 else []
 
@@ -173,7 +173,7 @@ class DihedralGroup(PointGroup):
 
     def word(self, g: Any) -> list[int]:
         """``ρʳ σᵐ`` as ``[0] * r + [1] * m`` (``[0] * m`` for D_1); see
-        :meth:`FiniteGroup.word` for the convention."""
+        [`FiniteGroup.word`][groupattn.groups.FiniteGroup.word] for the convention."""
         r, m = self._split(int(self.element(g).value))
         if self.n == 1:
             return [0] * m

@@ -107,7 +107,7 @@ class _FiniteProductMixin(FiniteGroup):
 
         ``(a, b) = (a, e)·(e, b)`` in direct and semidirect products, and the generators
         are ``(s, e)`` for the first factor's, then ``(e, t)`` for the second's; see
-        :meth:`FiniteGroup.word` for the convention.
+        [`FiniteGroup.word`][groupattn.groups.FiniteGroup.word] for the convention.
         """
         a, b = self.element(g).value
         first, second = self._factors()
@@ -118,9 +118,9 @@ class _FiniteProductMixin(FiniteGroup):
 class DirectProduct(_ProductBase):
     """The direct product ``G₁ × G₂``; elements are pairs ``(g₁, g₂)``.
 
-    Use :func:`make_direct_product` style construction through this class; when both
-    factors are finite the product is a :class:`FiniteGroup` (see
-    :meth:`DirectProduct.__new__`).
+    Use ``make_direct_product`` style construction through this class; when both
+    factors are finite the product is a [`FiniteGroup`][groupattn.groups.FiniteGroup] (see
+    ``DirectProduct.__new__``).
     """
 
     def __new__(cls, first: Group, second: Group) -> DirectProduct:

@@ -111,9 +111,9 @@ class _Level:
 class StabilizerChain:
     """A base and strong generating set of a permutation group, with transversals.
 
-    Build one with :meth:`schreier_sims` (deterministic, from any generators),
-    :meth:`from_strong_generators` (when a base and strong generating set are already
-    known, e.g. for S_n or from a graph-automorphism search) or :meth:`rebase` (a new
+    Build one with ``schreier_sims`` (deterministic, from any generators),
+    ``from_strong_generators`` (when a base and strong generating set are already
+    known, e.g. for S_n or from a graph-automorphism search) or ``rebase`` (a new
     base prefix for a group of known order, by random Schreier–Sims with that order as
     the stopping test).
     """
@@ -300,7 +300,7 @@ class _Entry:
 class WordTable:
     """Words in the original generators for a full set of transversal elements.
 
-    For every level ``i`` of a complete :class:`StabilizerChain` and every orbit point
+    For every level ``i`` of a complete ``StabilizerChain`` and every orbit point
     ``j`` it holds an element ``tᵢ(j) ∈ G⁽ⁱ⁾`` with ``tᵢ(j)[bᵢ] = j`` together with a
     word for it in the *original* generators (never their inverses: ``s⁻¹`` is written
     ``s^{ord(s)−1}``, and adjacent runs of one generator are reduced modulo its order).

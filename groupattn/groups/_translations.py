@@ -80,7 +80,7 @@ class TorusTranslations(FiniteGroup):
         """``(dy, dx)`` as ``dy`` unit steps down, then ``dx`` unit steps right.
 
         With ``gens = generators()`` (``(1, 0)`` if ``h > 1``, then ``(0, 1)`` if
-        ``w > 1``) the word is ``[iy] * dy + [ix] * dx``; see :meth:`FiniteGroup.word`
+        ``w > 1``) the word is ``[iy] * dy + [ix] * dx``; see [`FiniteGroup.word`][groupattn.groups.FiniteGroup.word]
         for the convention.
         """
         dy, dx = self.element(g).value
@@ -101,14 +101,14 @@ class TorusTranslations(FiniteGroup):
 class GridTranslations(Group):
     """Translations of the infinite integer grid Z² (elements ``(dy, dx)``).
 
-    The group is infinite: :meth:`sample` draws offsets uniformly from
+    The group is infinite: [`sample`][groupattn.groups.Group.sample] draws offsets uniformly from
     ``[-radius, radius]²``. On finite images it acts by a circular roll, i.e. through
     the quotient torus of the image size.
 
     Parameters
     ----------
     radius
-        Half-width of the box :meth:`sample` draws from.
+        Half-width of the box [`sample`][groupattn.groups.Group.sample] draws from.
     """
 
     def __init__(self, radius: int = 8) -> None:

@@ -1,10 +1,10 @@
 """Interoperability with other equivariance libraries (optional extras).
 
-The escnn adapter converts our :class:`~groupattn.groups.CyclicGroup` /
-:class:`~groupattn.groups.DihedralGroup` and their elements to and from escnn's
+The escnn adapter converts our [`CyclicGroup`][groupattn.groups.CyclicGroup] /
+[`DihedralGroup`][groupattn.groups.DihedralGroup] and their elements to and from escnn's
 ``cyclic_group`` / ``dihedral_group``, wraps escnn representations as
-:class:`~groupattn.actions.MatrixRepresentation` and escnn ``FieldType`` objects on 2-D
-gspaces as :class:`~groupattn.actions.GridField`. It needs the ``escnn`` extra; nothing in
+[`MatrixRepresentation`][groupattn.actions.MatrixRepresentation] and escnn ``FieldType`` objects on 2-D
+gspaces as [`GridField`][groupattn.actions.GridField]. It needs the ``escnn`` extra; nothing in
 the core imports this package.
 """
 

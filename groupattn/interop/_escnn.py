@@ -2,9 +2,9 @@
 
 Conventions (checked in ``tests/test_interop_escnn.py``):
 
-- Our :class:`~groupattn.groups.CyclicGroup` ``C_n`` element ``r`` is escnn's
+- Our [`CyclicGroup`][groupattn.groups.CyclicGroup] ``C_n`` element ``r`` is escnn's
   ``cyclic_group(n)`` element ``r`` (rotation by ``2π r / n``).
-- Our :class:`~groupattn.groups.DihedralGroup` ``D_n`` element ``i = r + n·m`` is
+- Our [`DihedralGroup`][groupattn.groups.DihedralGroup] ``D_n`` element ``i = r + n·m`` is
   ``ρʳ σᵐ`` with the reflection ``σ: (y, x) ↦ (y, −x)`` on ``(row, col)`` offsets —
   ``torch.flip`` of the last axis — and ``ρ`` the quarter turn ``torch.rot90`` on the
   last two axes (for ``n = 4``). As abstract groups this is escnn's
@@ -150,7 +150,7 @@ def to_escnn_element(group: PointGroup, g: Any, gspace: Any = None) -> Any:
     gspace
         If given, the element of ``gspace.fibergroup`` that moves images as ``g`` does
         (this matters for flip axes other than ``π/2``); otherwise the element of
-        :func:`to_escnn_group` with the same abstract meaning.
+        [`to_escnn_group`][groupattn.interop.to_escnn_group] with the same abstract meaning.
     """
     e = group.element(g)
     if gspace is None:
@@ -180,7 +180,7 @@ def from_escnn_element(element: Any, gspace: Any = None) -> GroupElement:
     """Our group element corresponding to an escnn element of a cyclic or dihedral group.
 
     With ``gspace`` the element is read geometrically (as it moves images under that
-    gspace, see :func:`gspace_point_group`); otherwise abstractly.
+    gspace, see [`gspace_point_group`][groupattn.interop.gspace_point_group]); otherwise abstractly.
     """
     eg = _escnn_group_module()
     escnn_group = element.group
@@ -205,21 +205,21 @@ def from_escnn_element(element: Any, gspace: Any = None) -> GroupElement:
 def representation_from_escnn(
     representation: Any, gspace: Any = None, name: str | None = None
 ) -> MatrixRepresentation:
-    """Wrap an escnn representation of a cyclic/dihedral group as a :class:`MatrixRepresentation`.
+    """Wrap an escnn representation of a cyclic/dihedral group as a [`MatrixRepresentation`][groupattn.actions.MatrixRepresentation].
 
     Parameters
     ----------
     representation
         An ``escnn.group.Representation``.
     gspace
-        Read elements geometrically through this gspace (see :func:`to_escnn_element`).
+        Read elements geometrically through this gspace (see [`to_escnn_element`][groupattn.interop.to_escnn_element]).
     name
         Display name (escnn's name by default).
 
     Returns
     -------
     MatrixRepresentation
-        Over our :class:`CyclicGroup` / :class:`DihedralGroup`; ``matrix(g)`` is escnn's
+        Over our [`CyclicGroup`][groupattn.groups.CyclicGroup] / [`DihedralGroup`][groupattn.groups.DihedralGroup]; ``matrix(g)`` is escnn's
         ``representation(to_escnn_element(g))`` in float64.
     """
     group = gspace_point_group(gspace) if gspace is not None else from_escnn_group(representation.group)
@@ -231,10 +231,10 @@ def representation_from_escnn(
 
 
 def field_type_from_escnn(field_type: Any) -> GridField:
-    """Our :class:`~groupattn.actions.GridField` for an escnn ``FieldType`` on a 2-D gspace.
+    """Our [`GridField`][groupattn.actions.GridField] for an escnn ``FieldType`` on a 2-D gspace.
 
     The channels transform by the field type's full (direct-sum) representation; space
-    moves by the gspace's point group, which :func:`gspace_point_group` returns. Acting
+    moves by the gspace's point group, which [`gspace_point_group`][groupattn.interop.gspace_point_group] returns. Acting
     on a tensor ``(B, C, H, W)`` with our element ``g`` equals
     ``GeometricTensor(x, field_type).transform(to_escnn_element(group, g, gspace))``.
     """

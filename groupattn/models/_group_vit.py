@@ -7,17 +7,19 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._errors import ConfigurationError
 from ..attention import resolve_point_group
 from ..contracts import Contract, Status
-from ..groups import Group, GroupError, PointGroup
+from ..groups import Group, PointGroup
 from ..nn import (
-    AbsolutePositionEmbedding,
     GroupBlock,
     GroupGlobalPool,
     GroupLayerNorm,
     LiftedPatchEmbedding,
     chain_contract,
 )
+from ..positional import LiftedAbsolutePositionalEncoding
+from ._inputs import install_input_check
 from ._registry import register_model
 
 __all__ = ["GroupViT"]
@@ -44,6 +46,10 @@ class GroupViT(nn.Module):
     rotation-invariant").
 
     Shapes: ``(B, in_channels, S, S) → (B, num_classes)``.
+
+    Inputs: any batch size (``B = 0`` gives ``(0, num_classes)``); a floating tensor of the
+    model's dtype — integer and bool images, and (outside autocast) other floating
+    dtypes, raise [`DtypeError`][groupattn.DtypeError] (see [`groupattn.models`][groupattn.models]).
 
     Parameters
     ----------
@@ -88,7 +94,7 @@ class GroupViT(nn.Module):
     ) -> None:
         super().__init__()
         if image_size % patch_size:
-            raise GroupError(
+            raise ConfigurationError(
                 f"GroupViT: expected an image size divisible by the patch size {patch_size}, got {image_size}"
             )
         self.equivariant = equivariant
@@ -97,13 +103,14 @@ class GroupViT(nn.Module):
         grid = image_size // patch_size
         kernel = 2 * patch_size if embed_kernel is None else embed_kernel
         self.embed = LiftedPatchEmbedding(in_channels, dim, patch_size, pg, bias=embed_bias, kernel_size=kernel)
-        self.position: nn.Module = nn.Identity() if equivariant else AbsolutePositionEmbedding(dim, pg, grid)
+        self.position: nn.Module = nn.Identity() if equivariant else LiftedAbsolutePositionalEncoding(dim, pg, grid)
         self.blocks = nn.Sequential(
-            *[GroupBlock(dim, pg, num_heads=num_heads, encoding=encoding, size=grid) for _ in range(depth)]
+            *[GroupBlock(dim, pg, num_heads=num_heads, encoding=encoding, grid=grid) for _ in range(depth)]
         )
         self.norm = GroupLayerNorm(dim, pg)
         self.pool = GroupGlobalPool(pg, "max", spatial="max")
         self.head = nn.Linear(dim, num_classes)
+        install_input_check(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.pool(self.norm(self.blocks(self.position(self.embed(x))))))

@@ -7,10 +7,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._deprecation import renamed_arguments
+from .._errors import ConfigurationError
 from ..actions import GridField, InvariantField, LiftedField
 from ..attention import LiftingSelfAttention, resolve_point_group
 from ..contracts import Contract, Status
-from ..groups import CyclicGroup, Group, GroupError, PointGroup
+from ..groups import CyclicGroup, Group, PointGroup
 from ..nn import (
     GroupBlock,
     GroupGlobalPool,
@@ -20,9 +22,13 @@ from ..nn import (
     SymmetricConvStem,
     chain_contract,
 )
+from ._inputs import install_input_check
 from ._registry import register_model
 
 __all__ = ["GSANet"]
+
+#: Deprecated argument names (old → new), kept for one release.
+_RENAMED = {"channels": "dim", "head_channels": "head_dim"}
 
 
 class _ConstantLift(nn.Module):
@@ -67,6 +73,10 @@ class GSANet(nn.Module):
 
     Shapes: ``(B, in_channels, S, S) → (B, num_classes)``.
 
+    Inputs: any batch size (``B = 0`` gives ``(0, num_classes)``); a floating tensor of the
+    model's dtype — integer and bool images, and (outside autocast) other floating
+    dtypes, raise [`DtypeError`][groupattn.DtypeError] (see [`groupattn.models`][groupattn.models]).
+
     Parameters
     ----------
     equivariant
@@ -75,8 +85,8 @@ class GSANet(nn.Module):
         ``"C4"`` (p4) or ``"D4"`` (p4m), or any point group acting on the grid.
     in_channels, num_classes
         Input channels and classes.
-    channels, depth, num_heads, head_channels
-        Width, number of group blocks, heads and per-head width.
+    dim, depth, num_heads, head_dim
+        Width (per group element), number of group blocks, heads and per-head width.
     neighbourhood
         Window side of the local attention (``None``: global attention).
     encoding
@@ -96,29 +106,34 @@ class GSANet(nn.Module):
         are background, which a mean would average in) or ``"mean"``.
     lift_skip
         What is added to the lifting attention: ``"convolution"`` (a 3 × 3
-        :class:`~groupattn.nn.LiftingConvolution`, default) or ``"pointwise"`` (a 1 × 1
+        [`LiftingConvolution`][groupattn.nn.LiftingConvolution], default) or ``"pointwise"`` (a 1 × 1
         map of the stem's scalar maps, constant along the group axis).
     downsample
-        Stride of a :class:`~groupattn.nn.LiftedPolyphaseDownsample` between the lift
+        Stride of a [`LiftedPolyphaseDownsample`][groupattn.nn.LiftedPolyphaseDownsample] between the lift
         and the group blocks (``1``: none, full resolution throughout). Anchored, so the
         logits stay exactly invariant; the blocks then cost ``downsample²`` times less.
 
+    Notes
+    -----
+    Deprecated aliases (one release): ``channels`` → ``dim``, ``head_channels`` → ``head_dim``.
+
     Raises
     ------
-    GroupError
+    ConfigurationError
         For an unknown ``lift_skip`` (and the layers' own errors).
     """
 
+    @renamed_arguments(**_RENAMED)
     def __init__(
         self,
         equivariant: bool = True,
         point_group: PointGroup | str = "C4",
         in_channels: int = 1,
         num_classes: int = 10,
-        channels: int = 16,
+        dim: int = 16,
         depth: int = 1,
         num_heads: int = 2,
-        head_channels: int | None = None,
+        head_dim: int | None = None,
         neighbourhood: int | None = 3,
         encoding: str = "continuous",
         query_position: bool = False,
@@ -135,10 +150,10 @@ class GSANet(nn.Module):
         pg = self.point_group
         common: dict[str, Any] = dict(
             num_heads=num_heads,
-            head_channels=head_channels,
+            head_dim=head_dim,
             neighbourhood=neighbourhood,
             encoding=encoding,
-            size=image_size,
+            grid=image_size,
             query_position=query_position,
         )
         stem: list[nn.Module] = []
@@ -148,14 +163,14 @@ class GSANet(nn.Module):
                 stem.append(SymmetricConvStem(width, stem_channels, symmetric=equivariant, dilation=dilation))
         self.stem = nn.Sequential(*stem)
         lift_in = stem_channels or in_channels
-        self.lift = LiftingSelfAttention(lift_in, channels, pg, **common)
+        self.lift = LiftingSelfAttention(lift_in, dim, pg, **common)
         self.skip: nn.Module
         if lift_skip == "convolution":  # oriented features from the start: a 3 × 3 lifting convolution
-            self.skip = LiftingConvolution(lift_in, channels, 3, pg)
+            self.skip = LiftingConvolution(lift_in, dim, 3, pg)
         elif lift_skip == "pointwise":  # the stem's scalar maps, constant along the group axis
-            self.skip = _ConstantLift(lift_in, channels)
+            self.skip = _ConstantLift(lift_in, dim)
         else:
-            raise GroupError(f"GSANet: expected lift_skip 'convolution' or 'pointwise', got {lift_skip!r}")
+            raise ConfigurationError(f"GSANet: expected lift_skip 'convolution' or 'pointwise', got {lift_skip!r}")
         # anchored down-sampling keeps p4 / p4m exact (the blocks then see a canonical coarse grid)
         self.downsample: nn.Module = (
             LiftedPolyphaseDownsample(pg, downsample, image_size=(image_size, image_size))
@@ -163,11 +178,12 @@ class GSANet(nn.Module):
             else nn.Identity()
         )
         if downsample > 1:
-            common["size"] = image_size // downsample
-        self.blocks = nn.Sequential(*[GroupBlock(channels, pg, **common) for _ in range(depth)])
-        self.norm = GroupLayerNorm(channels, pg)
+            common["grid"] = image_size // downsample
+        self.blocks = nn.Sequential(*[GroupBlock(dim, pg, **common) for _ in range(depth)])
+        self.norm = GroupLayerNorm(dim, pg)
         self.pool = GroupGlobalPool(pg, "max", spatial=pool)
-        self.head = nn.Linear(channels, num_classes)
+        self.head = nn.Linear(dim, num_classes)
+        install_input_check(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         features = self.stem(x)
@@ -205,5 +221,6 @@ class GSANet(nn.Module):
     learning_rate=6e-3,
     description="GSA-Net: lifting + group self-attention (p4 / p4m via point_group), z2 baseline",
 )
+@renamed_arguments(**_RENAMED)
 def _gsa(equivariant: bool = True, **kwargs: Any) -> GSANet:
     return GSANet(equivariant=equivariant, **kwargs)

@@ -8,6 +8,8 @@ from typing import Any
 
 from torch import nn
 
+from .._deprecation import translate_renamed
+
 __all__ = ["ModelSpec", "create", "get_spec", "list_models", "register_model"]
 
 
@@ -58,7 +60,7 @@ def register_model(
     """Register ``factory(equivariant: bool, **kwargs)`` under ``name`` (a decorator).
 
     ``learning_rate`` is the peak AdamW rate that trains the preset (see
-    :class:`ModelSpec`); ``defaults`` are keyword arguments of the preset.
+    [`ModelSpec`][groupattn.models.ModelSpec]); ``defaults`` are keyword arguments of the preset.
     """
 
     def deco(factory: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
@@ -76,7 +78,7 @@ def _load_builtin() -> None:
 
 
 def get_spec(name: str) -> ModelSpec:
-    """The :class:`ModelSpec` registered under ``name``."""
+    """The [`ModelSpec`][groupattn.models.ModelSpec] registered under ``name``."""
     _load_builtin()
     if name not in _MODELS:
         raise KeyError(f"groupattn.models: expected one of {sorted(_MODELS)}, got {name!r}")
@@ -95,13 +97,24 @@ def create(name: str, equivariant: bool = True, **kwargs: Any) -> nn.Module:
     Parameters
     ----------
     name
-        A name from :func:`list_models`.
+        A name from [`list_models`][groupattn.models.list_models].
     equivariant
         ``True`` for the equivariant model, ``False`` for its ordinary baseline of the
         same size.
     kwargs
-        Overrides of the tiny preset (widths, depths, heads, patch and window sizes …).
+        Overrides of the tiny preset (widths, depths, heads, patch and window sizes …),
+        under the model's argument names; a renamed argument's deprecated name is
+        accepted too (with a ``DeprecationWarning``), so ``--model-arg heads=2`` and
+        ``--model-arg num_heads=2`` both work.
+
+    Raises
+    ------
+    ConfigurationError
+        For an argument given under its new and its deprecated name at once.
     """
     spec = get_spec(name)
+    renames = getattr(spec.factory, "__renamed_arguments__", {})
+    if renames:  # old names first, so that they cannot slip past a preset's new ones
+        kwargs = translate_renamed(renames, kwargs, f"groupattn.models.create({name!r})")
     options = {**spec.defaults, **kwargs}
     return spec.factory(equivariant=equivariant, **options)

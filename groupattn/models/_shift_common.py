@@ -8,9 +8,11 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from .._errors import ConfigurationError
 from ..contracts import Contract
-from ..groups import Group, GroupError
+from ..groups import Group
 from ..nn import chain_contract
+from ._inputs import install_input_check
 
 __all__ = ["ShiftTransformer"]
 
@@ -20,7 +22,7 @@ Anchoring = Literal["input", "layers"]
 def check_anchoring(module: str, anchoring: str) -> None:
     """Raise a clear error for an unknown ``anchoring`` option."""
     if anchoring not in ("input", "layers"):
-        raise GroupError(f"{module}: expected anchoring 'input' or 'layers', got {anchoring!r}")
+        raise ConfigurationError(f"{module}: expected anchoring 'input' or 'layers', got {anchoring!r}")
 
 
 def anchor_period(periods: list[int]) -> int:
@@ -34,7 +36,7 @@ def anchor_period(periods: list[int]) -> int:
 
 
 def input_anchor_stride(periods: list[int], size: tuple[int, int]) -> int | None:
-    """:func:`anchor_period`, or ``None`` when it does not divide the image ``size``.
+    """``anchor_period``, or ``None`` when it does not divide the image ``size``.
 
     Every period divides the image side exactly when the layers' own size checks pass, so
     ``None`` only occurs for a configuration one of the layers will reject with its own
@@ -52,14 +54,14 @@ def as_pair(module: str, value: Any) -> tuple[int, int]:
         height, width = value
         return (int(height), int(width))
     except (TypeError, ValueError):
-        raise GroupError(f"{module}: expected an image size as an int or (H, W), got {value!r}") from None
+        raise ConfigurationError(f"{module}: expected an image size as an int or (H, W), got {value!r}") from None
 
 
 def per_stage(module: str, name: str, value: Any, stages: int) -> list[Any]:
     """Broadcast a scalar option to every stage, or check a per-stage sequence's length."""
     if isinstance(value, list | tuple):
         if len(value) != stages:
-            raise GroupError(f"{module}: expected {stages} values of {name} (one per stage), got {len(value)}")
+            raise ConfigurationError(f"{module}: expected {stages} values of {name} (one per stage), got {len(value)}")
         return list(value)
     return [value] * stages
 
@@ -67,14 +69,18 @@ def per_stage(module: str, name: str, value: Any, stages: int) -> list[Any]:
 class ShiftTransformer(nn.Module):
     """Base class: a model whose ``forward`` is the plain composition of its children.
 
-    Subclasses register their children in forward order; :meth:`forward` applies them
+    Subclasses register their children in forward order; ``forward`` applies them
     one after the other (no data-dependent control flow, so ``torch.fx`` traces it with
-    the groupattn layers as leaves) and :meth:`contract` composes their contracts with
-    :func:`~groupattn.nn.chain_contract`: equivariant models are *invariant* under
+    the groupattn layers as leaves) and ``contract`` composes their contracts with
+    [`chain_contract`][groupattn.nn.chain_contract]: equivariant models are *invariant* under
     ``TorusTranslations(H, W)``; baselines *break*, naming the first offending part.
     """
 
     equivariant: bool
+
+    def __init__(self) -> None:
+        super().__init__()
+        install_input_check(self)  # floating input of the model's dtype (see groupattn.models)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits ``(B, num_classes)`` of images ``(B, in_channels, H, W)``."""

@@ -6,6 +6,7 @@ from typing import Any
 
 from torch import nn
 
+from .._deprecation import renamed_arguments
 from ..attention import MeanPooling, WindowAttention
 from ..canonical._polyphase import Norm
 from ..nn import PatchEmbedding, PatchMerging, TransformerBlock
@@ -21,12 +22,15 @@ from ._shift_common import (
 
 __all__ = ["ShiftSwin"]
 
+#: Deprecated argument names (old → new), kept for one release.
+_RENAMED = {"patch": "patch_size", "heads": "num_heads", "window": "window_size"}
+
 
 class ShiftSwin(ShiftTransformer):
     """Hierarchical window transformer (Swin); with ``equivariant=True`` exactly shift-invariant.
 
     Stages of window-attention blocks (every second block with windows cyclically
-    shifted by ``window // 2``, on the torus, without a boundary mask), separated by
+    shifted by ``window_size // 2``, on the torus, without a boundary mask), separated by
     patch merging. Baseline: no anchoring. Equivariant, ``anchoring="input"`` (default):
     the image is polyphase-anchored **once**, in the patch embedding, with stride
     ``S`` = the least common multiple of every window's and merge's period in pixels
@@ -45,17 +49,21 @@ class ShiftSwin(ShiftTransformer):
 
     Shapes: ``(B, in_channels, H, W) → (B, num_classes)``.
 
+    Inputs: any batch size (``B = 0`` gives ``(0, num_classes)``); a floating tensor of the
+    model's dtype — integer and bool images, and (outside autocast) other floating
+    dtypes, raise [`DtypeError`][groupattn.DtypeError] (see [`groupattn.models`][groupattn.models]).
+
     Parameters
     ----------
     equivariant
         Which variant to build.
     in_channels, num_classes, image_size
         Input channels, classes and image size.
-    patch
+    patch_size
         Patch size of the embedding.
-    dims, depths, heads
+    dims, depths, num_heads
         Per stage (a scalar is used for every stage of ``len(depths)``).
-    window
+    window_size
         Window size (each stage's grid must be divisible by it).
     mlp_ratio
         MLP width ratio.
@@ -75,19 +83,25 @@ class ShiftSwin(ShiftTransformer):
         of a digit canvas embeds to the same non-zero token, which dominates the
         mean-pooled features at initialisation, so both variants sat at chance for
         several epochs, how many depending on the seed).
+
+    Notes
+    -----
+    Deprecated aliases (one release): ``patch`` → ``patch_size``, ``heads`` →
+    ``num_heads``, ``window`` → ``window_size``.
     """
 
+    @renamed_arguments(**_RENAMED)
     def __init__(
         self,
         equivariant: bool = True,
         in_channels: int = 1,
         num_classes: int = 10,
         image_size: int | tuple[int, int] = 32,
-        patch: int = 2,
+        patch_size: int = 2,
         dims: int | tuple[int, ...] = (16, 32),
         depths: tuple[int, ...] = (2, 2),
-        heads: int | tuple[int, ...] = (1, 2),
-        window: int | tuple[int, ...] = 4,
+        num_heads: int | tuple[int, ...] = (1, 2),
+        window_size: int | tuple[int, ...] = 4,
         mlp_ratio: float = 2.0,
         bias: str | None = "clipped",
         anchor_norm: Norm = "l4",
@@ -100,15 +114,15 @@ class ShiftSwin(ShiftTransformer):
         self.equivariant, self.anchoring = equivariant, anchoring
         stages = len(depths)
         dims_ = per_stage("ShiftSwin", "dims", dims, stages)
-        heads_ = per_stage("ShiftSwin", "heads", heads, stages)
-        windows = per_stage("ShiftSwin", "window", window, stages)
+        heads_ = per_stage("ShiftSwin", "num_heads", num_heads, stages)
+        windows = per_stage("ShiftSwin", "window_size", window_size, stages)
         size = as_pair("ShiftSwin", image_size)
         per_layer = equivariant and anchoring == "layers"  # each strided layer anchors its own input
         once = equivariant and anchoring == "input"  # the patch embedding anchors for all of them
         # pixel periods: every stage's windows, every merge (a scalar window broadcasts to each stage)
-        periods = [patch * 2**i * windows[i] for i in range(stages)] + [patch * 2**i for i in range(stages)]
+        periods = [patch_size * 2**i * windows[i] for i in range(stages)] + [patch_size * 2**i for i in range(stages)]
         self.patch_embed = PatchEmbedding(
-            in_channels, dims_[0], patch, size, anchored=equivariant, norm=anchor_norm,
+            in_channels, dims_[0], patch_size, size, anchored=equivariant, norm=anchor_norm,
             anchor_stride=input_anchor_stride(periods, size) if once else None, anchor_sigma=anchor_sigma if once else 0.0,
             bias=embed_bias,
         )
@@ -139,5 +153,6 @@ class ShiftSwin(ShiftTransformer):
     learning_rate=1e-3,
     description="Swin with anchored (shifted) window attention and anchored patch merging",
 )
+@renamed_arguments(**_RENAMED)
 def _swin(equivariant: bool = True, **kwargs: Any) -> ShiftSwin:
     return ShiftSwin(equivariant=equivariant, **kwargs)

@@ -6,6 +6,7 @@ from typing import Any
 
 from torch import nn
 
+from .._deprecation import renamed_arguments
 from ..attention import MeanPooling, SpatialReductionAttention, WindowAttention
 from ..canonical._polyphase import Norm
 from ..nn import PatchEmbedding, PatchMerging, TransformerBlock
@@ -21,6 +22,9 @@ from ._shift_common import (
 )
 
 __all__ = ["ShiftTwins"]
+
+#: Deprecated argument names (old → new), kept for one release.
+_RENAMED = {"patch": "patch_size", "heads": "num_heads", "window": "window_size"}
 
 
 class ShiftTwins(ShiftTransformer):
@@ -45,15 +49,19 @@ class ShiftTwins(ShiftTransformer):
 
     Shapes: ``(B, in_channels, H, W) → (B, num_classes)``.
 
+    Inputs: any batch size (``B = 0`` gives ``(0, num_classes)``); a floating tensor of the
+    model's dtype — integer and bool images, and (outside autocast) other floating
+    dtypes, raise [`DtypeError`][groupattn.DtypeError] (see [`groupattn.models`][groupattn.models]).
+
     Parameters
     ----------
     equivariant
         Which variant to build.
     in_channels, num_classes, image_size
         Input channels, classes and image size.
-    patch
+    patch_size
         Patch size of the embedding.
-    dims, depths, heads, window, reduction
+    dims, depths, num_heads, window_size, reduction
         Per stage (scalars apply to every stage of ``len(depths)``): widths, blocks,
         heads, local window size and spatial-reduction ratio.
     mlp_ratio
@@ -72,19 +80,25 @@ class ShiftTwins(ShiftTransformer):
         of a digit canvas embeds to the same non-zero token, which dominates the
         mean-pooled features at initialisation, so both variants sat at chance for
         several epochs, how many depending on the seed).
+
+    Notes
+    -----
+    Deprecated aliases (one release): ``patch`` → ``patch_size``, ``heads`` →
+    ``num_heads``, ``window`` → ``window_size``.
     """
 
+    @renamed_arguments(**_RENAMED)
     def __init__(
         self,
         equivariant: bool = True,
         in_channels: int = 1,
         num_classes: int = 10,
         image_size: int | tuple[int, int] = 32,
-        patch: int = 2,
+        patch_size: int = 2,
         dims: int | tuple[int, ...] = (16, 32),
         depths: tuple[int, ...] = (2, 2),
-        heads: int | tuple[int, ...] = (1, 2),
-        window: int | tuple[int, ...] = 4,
+        num_heads: int | tuple[int, ...] = (1, 2),
+        window_size: int | tuple[int, ...] = 4,
         reduction: int | tuple[int, ...] = (4, 2),
         mlp_ratio: float = 2.0,
         anchor_norm: Norm = "l4",
@@ -97,16 +111,16 @@ class ShiftTwins(ShiftTransformer):
         self.equivariant, self.anchoring = equivariant, anchoring
         stages = len(depths)
         dims_ = per_stage("ShiftTwins", "dims", dims, stages)
-        heads_ = per_stage("ShiftTwins", "heads", heads, stages)
-        windows = per_stage("ShiftTwins", "window", window, stages)
+        heads_ = per_stage("ShiftTwins", "num_heads", num_heads, stages)
+        windows = per_stage("ShiftTwins", "window_size", window_size, stages)
         reductions = per_stage("ShiftTwins", "reduction", reduction, stages)
         size = as_pair("ShiftTwins", image_size)
         per_layer = equivariant and anchoring == "layers"  # each strided layer anchors its own input
         once = equivariant and anchoring == "input"  # the patch embedding anchors for all of them
         # pixel periods: every stage's windows and reductions, every merge
-        periods = [patch * 2**i * m for i in range(stages) for m in (windows[i], reductions[i], 1)]
+        periods = [patch_size * 2**i * m for i in range(stages) for m in (windows[i], reductions[i], 1)]
         self.patch_embed = PatchEmbedding(
-            in_channels, dims_[0], patch, size, anchored=equivariant, norm=anchor_norm,
+            in_channels, dims_[0], patch_size, size, anchored=equivariant, norm=anchor_norm,
             anchor_stride=input_anchor_stride(periods, size) if once else None, anchor_sigma=anchor_sigma if once else 0.0,
             bias=embed_bias,
         )
@@ -147,5 +161,6 @@ class ShiftTwins(ShiftTransformer):
     learning_rate=1e-3,
     description="Twins-SVT with anchored local-window and global sub-sampled attention",
 )
+@renamed_arguments(**_RENAMED)
 def _twins(equivariant: bool = True, **kwargs: Any) -> ShiftTwins:
     return ShiftTwins(equivariant=equivariant, **kwargs)

@@ -6,15 +6,19 @@ from typing import Any, Literal
 
 from torch import nn
 
+from .._deprecation import renamed_arguments
+from .._errors import ConfigurationError
 from ..attention import AttentionPooling, GlobalSelfAttention, MeanPooling
 from ..canonical._polyphase import Norm
-from ..groups import GroupError
 from ..nn import ClassToken, ClassTokenReadout, PatchEmbedding, TransformerBlock
 from ..positional import AbsolutePositionalEncoding, ConvPositionalEncoding
 from ._registry import register_model
 from ._shift_common import ShiftTransformer, as_pair
 
 __all__ = ["ShiftViT"]
+
+#: Deprecated argument names (old → new), kept for one release.
+_RENAMED = {"patch": "patch_size", "heads": "num_heads"}
 
 
 class ShiftViT(ShiftTransformer):
@@ -32,15 +36,19 @@ class ShiftViT(ShiftTransformer):
 
     Shapes: ``(B, in_channels, H, W) → (B, num_classes)``.
 
+    Inputs: any batch size (``B = 0`` gives ``(0, num_classes)``); a floating tensor of the
+    model's dtype — integer and bool images, and (outside autocast) other floating
+    dtypes, raise [`DtypeError`][groupattn.DtypeError] (see [`groupattn.models`][groupattn.models]).
+
     Parameters
     ----------
     equivariant
         Which variant to build.
     in_channels, num_classes, image_size
         Input channels, classes and image size ``H`` (or ``(H, W)``).
-    patch
+    patch_size
         Patch size.
-    dim, depth, heads, mlp_ratio
+    dim, depth, num_heads, mlp_ratio
         Token width, number of blocks, heads, MLP width ratio.
     pool
         ``"mean"``, ``"attention"`` (learned query) or ``"cls"`` (class token).
@@ -58,19 +66,24 @@ class ShiftViT(ShiftTransformer):
         patch embeds to the zero token.
     anchor_sigma
         Blur (pixels) of the anchoring score (equivariant model; ``0``: the polyphase
-        norms of the image itself; see :class:`~groupattn.nn.PatchEmbedding`).
+        norms of the image itself; see [`PatchEmbedding`][groupattn.nn.PatchEmbedding]).
+
+    Notes
+    -----
+    Deprecated aliases (one release): ``patch`` → ``patch_size``, ``heads`` → ``num_heads``.
     """
 
+    @renamed_arguments(**_RENAMED)
     def __init__(
         self,
         equivariant: bool = True,
         in_channels: int = 1,
         num_classes: int = 10,
         image_size: int | tuple[int, int] = 32,
-        patch: int = 4,
+        patch_size: int = 4,
         dim: int = 32,
         depth: int = 2,
-        heads: int = 2,
+        num_heads: int = 2,
         mlp_ratio: float = 2.0,
         pool: Literal["mean", "attention", "cls"] = "mean",
         positional: Literal["conv", "absolute", "none"] = "conv",
@@ -83,12 +96,12 @@ class ShiftViT(ShiftTransformer):
         self.equivariant = equivariant
         size = as_pair("ShiftViT", image_size)
         self.patch_embed = PatchEmbedding(
-            in_channels, dim, patch, size, anchored=equivariant, norm=anchor_norm,
+            in_channels, dim, patch_size, size, anchored=equivariant, norm=anchor_norm,
             anchor_sigma=anchor_sigma if equivariant else 0.0, bias=embed_bias,
         )
         grid = self.patch_embed.grid
         if pool not in ("mean", "attention", "cls"):
-            raise GroupError(f"ShiftViT: expected pool 'mean', 'attention' or 'cls', got {pool!r}")
+            raise ConfigurationError(f"ShiftViT: expected pool 'mean', 'attention' or 'cls', got {pool!r}")
         prefix = 1 if pool == "cls" else 0
         self.class_token: nn.Module = ClassToken(dim, grid) if pool == "cls" else nn.Identity()
         if positional == "conv":
@@ -99,12 +112,12 @@ class ShiftViT(ShiftTransformer):
         elif positional == "none":
             self.positional = nn.Identity()
         else:
-            raise GroupError(f"ShiftViT: expected positional 'conv', 'absolute' or 'none', got {positional!r}")
+            raise ConfigurationError(f"ShiftViT: expected positional 'conv', 'absolute' or 'none', got {positional!r}")
         if bias == "default":
             bias = "circulant" if equivariant else "clipped"
         self.blocks = nn.Sequential(
             *[
-                TransformerBlock(dim, GlobalSelfAttention(dim, heads, grid, bias=bias, prefix=prefix), mlp_ratio)
+                TransformerBlock(dim, GlobalSelfAttention(dim, num_heads, grid, bias=bias, prefix=prefix), mlp_ratio)
                 for _ in range(depth)
             ]
         )
@@ -113,7 +126,7 @@ class ShiftViT(ShiftTransformer):
         if pool == "mean":
             self.pool = MeanPooling(grid)
         elif pool == "attention":
-            self.pool = AttentionPooling(dim, heads, grid)
+            self.pool = AttentionPooling(dim, num_heads, grid)
         else:
             self.pool = ClassTokenReadout(grid)
         self.head = nn.Linear(dim, num_classes)
@@ -125,5 +138,6 @@ class ShiftViT(ShiftTransformer):
     input_shape=(1, 32, 32),
     description="ViT with anchored patch embedding, circular conv PE and circulant relative bias",
 )
+@renamed_arguments(**_RENAMED)
 def _vit(equivariant: bool = True, **kwargs: Any) -> ShiftViT:
     return ShiftViT(equivariant=equivariant, **kwargs)

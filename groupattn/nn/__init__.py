@@ -1,7 +1,10 @@
 """Building blocks: patch embedding, patch merging, MLP, transformer blocks, class token.
 
-:class:`EquivariantModule` (defined in :mod:`groupattn.contracts`) is re-exported here.
+[`EquivariantModule`][groupattn.contracts.EquivariantModule] (defined in [`groupattn.contracts`][groupattn.contracts]) is re-exported here.
 """
+
+import warnings
+from typing import Any
 
 from ..contracts import EquivariantModule
 from ._blocks import TransformerBlock, chain_contract
@@ -15,7 +18,7 @@ from ._group import (
     LiftedPolyphaseDownsample,
     SymmetricConvStem,
 )
-from ._group_patch import AbsolutePositionEmbedding, LiftedPatchEmbedding, LiftingConvolution
+from ._group_patch import LiftedPatchEmbedding, LiftingConvolution
 from ._heads import ClassToken, ClassTokenReadout
 from ._merge import PatchMerging
 from ._mlp import MLP
@@ -23,7 +26,6 @@ from ._patch import PatchEmbedding
 
 __all__ = [
     "MLP",
-    "AbsolutePositionEmbedding",
     "ClassToken",
     "ClassTokenReadout",
     "EquivariantModule",
@@ -42,3 +44,17 @@ __all__ = [
     "TransformerBlock",
     "chain_contract",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "AbsolutePositionEmbedding":
+        warnings.warn(
+            "groupattn.nn.AbsolutePositionEmbedding is deprecated: use "
+            "groupattn.positional.LiftedAbsolutePositionalEncoding (the old name will be removed in a future release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        from ..positional import LiftedAbsolutePositionalEncoding
+
+        return LiftedAbsolutePositionalEncoding
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,6 +10,7 @@ from torch import nn
 
 from ..actions import FieldType, TrivialRepresentation
 from ..contracts import Contract, Status, contract_of
+from ..contracts._module import check_floating_input
 from ..groups import Group
 from ._mlp import MLP
 
@@ -82,9 +83,9 @@ class TransformerBlock(nn.Module):
     """Pre-norm transformer block: ``x + attention(norm(x))``, then ``x + mlp(norm(x))``.
 
     Works for any token layout ``(B, N, dim)``: a token grid
-    (:class:`~groupattn.actions.TokenField`), a set, or the tokens of any G-set
-    (:class:`~groupattn.actions.GSetField`, e.g. around
-    :class:`~groupattn.attention.OrbitalAttention`). The attention layer restores its
+    ([`TokenField`][groupattn.actions.TokenField]), a set, or the tokens of any G-set
+    ([`GSetField`][groupattn.actions.GSetField], e.g. around
+    [`OrbitalAttention`][groupattn.attention.OrbitalAttention]). The attention layer restores its
     own frame (anchored window attention un-anchors before returning), so both
     residual additions combine tensors in the same frame. If the attention layer has
     ``pre_norm=True`` it normalises its own input and the block's first norm is the
@@ -124,6 +125,7 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Two residual sub-blocks."""
+        check_floating_input(x, "TransformerBlock")
         x = x + self.attention(self.norm1(x))
         return x + self.mlp(self.norm2(x))
 

@@ -7,6 +7,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._deprecation import DeprecatedAttribute, renamed_arguments
+from .._errors import ConfigurationError, ShapeError
 from ..actions import (
     FieldType,
     GridField,
@@ -18,6 +20,7 @@ from ..actions import (
 from ..attention._group_attention import GroupSelfAttention, resolve_point_group
 from ..canonical import AdaptivePolyphaseDownsample
 from ..contracts import Contract, EquivariantModule
+from ..contracts._module import check_floating_input
 from ..groups import Group, GroupError, PointGroup, RotoTranslationGroup, TorusTranslations
 
 __all__ = [
@@ -51,7 +54,7 @@ def _pointwise_contract(
 class GroupPooling(EquivariantModule):
     """Pool over the group axis: ``(B, C, |H|, H, W) → (B, C, H, W)`` (max or mean).
 
-    An :class:`~groupattn.contracts.EquivariantModule` from ``LiftedField(H)`` to
+    An [`EquivariantModule`][groupattn.contracts.EquivariantModule] from ``LiftedField(H)`` to
     ``GridField()``: calling it checks the input is a lifted field of ``H``.
 
     Contract: equivariant ``LiftedField(H) → GridField`` (the group axis is permuted,
@@ -70,7 +73,7 @@ class GroupPooling(EquivariantModule):
         super().__init__(LiftedField(pg), GridField())
         self.point_group = pg
         if mode not in ("max", "mean"):
-            raise GroupError(f"GroupPooling: expected mode 'max' or 'mean', got {mode!r}")
+            raise ConfigurationError(f"GroupPooling: expected mode 'max' or 'mean', got {mode!r}")
         self.mode = mode
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -87,8 +90,8 @@ class GroupPooling(EquivariantModule):
 class GroupGlobalPool(EquivariantModule):
     """Pool over the group axis and space: ``(B, C, |H|, H, W) → (B, C)``.
 
-    An :class:`~groupattn.contracts.EquivariantModule` from ``LiftedField(H)`` to
-    :class:`~groupattn.actions.InvariantField`: calling it checks the input is a lifted
+    An [`EquivariantModule`][groupattn.contracts.EquivariantModule] from ``LiftedField(H)`` to
+    [`InvariantField`][groupattn.actions.InvariantField]: calling it checks the input is a lifted
     field of ``H``.
 
     Contract: invariant (every element permutes the pooled positions).
@@ -105,7 +108,7 @@ class GroupGlobalPool(EquivariantModule):
 
     Raises
     ------
-    GroupError
+    ConfigurationError
         For an unknown ``spatial`` mode.
     """
 
@@ -115,7 +118,7 @@ class GroupGlobalPool(EquivariantModule):
         self.pool = pool
         self.point_group = self.pool.point_group
         if spatial not in ("mean", "max"):
-            raise GroupError(f"GroupGlobalPool: expected spatial pooling 'mean' or 'max', got {spatial!r}")
+            raise ConfigurationError(f"GroupGlobalPool: expected spatial pooling 'mean' or 'max', got {spatial!r}")
         self.spatial = spatial
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -132,8 +135,8 @@ class GroupGlobalPool(EquivariantModule):
 class GroupLayerNorm(EquivariantModule):
     """Layer normalisation over channels and the group axis, per position.
 
-    An :class:`~groupattn.contracts.EquivariantModule` from ``LiftedField(H)`` to
-    itself: calling it checks the input is ``(B, channels, |H|, H, W)``.
+    An [`EquivariantModule`][groupattn.contracts.EquivariantModule] from ``LiftedField(H)`` to
+    itself: calling it checks the input is ``(B, dim, |H|, H, W)``.
 
     Statistics are taken over ``(C, |H|)`` at each pixel, so permuting the group axis
     or moving pixels leaves them unchanged; the affine scale and shift are per channel,
@@ -143,27 +146,38 @@ class GroupLayerNorm(EquivariantModule):
 
     Parameters
     ----------
-    channels
+    dim
         ``C``.
     point_group
         ``H`` (instance or name).
     eps
         Added to the variance.
+
+    Notes
+    -----
+    Deprecated alias (one release): ``channels`` → ``dim`` (argument and attribute).
     """
 
-    def __init__(self, channels: int, point_group: PointGroup | str, eps: float = 1e-5) -> None:
+    floating_input = True
+
+    channels = DeprecatedAttribute("dim")
+
+    @renamed_arguments(channels="dim")
+    def __init__(self, dim: int, point_group: PointGroup | str, eps: float = 1e-5) -> None:
         pg = resolve_point_group(point_group, "GroupLayerNorm")
-        super().__init__(LiftedField(pg), LiftedField(pg), in_channels=channels)
+        super().__init__(LiftedField(pg), LiftedField(pg), in_channels=dim)
         self.point_group = pg
-        self.channels = channels
+        self.dim = dim
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(channels))
-        self.bias = nn.Parameter(torch.zeros(channels))
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         mean = x.mean(dim=(1, 2), keepdim=True)
-        var = x.var(dim=(1, 2), keepdim=True, unbiased=False)
-        y = (x - mean) * torch.rsqrt(var + self.eps)
+        centred = x - mean
+        # the biased variance as a mean of squares (torch.var warns about an empty batch)
+        var = centred.square().mean(dim=(1, 2), keepdim=True)
+        y = centred * torch.rsqrt(var + self.eps)
         return y * self.weight[:, None, None, None] + self.bias[:, None, None, None]
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
@@ -172,14 +186,14 @@ class GroupLayerNorm(EquivariantModule):
         return _pointwise_contract("GroupLayerNorm", self.point_group, group, t, t)
 
     def extra_repr(self) -> str:
-        return f"{self.channels}, {self.point_group.name}"
+        return f"{self.dim}, {self.point_group.name}"
 
 
 class GroupMLP(EquivariantModule):
     """Pointwise MLP on channels, shared across positions and the group axis.
 
-    An :class:`~groupattn.contracts.EquivariantModule` from ``LiftedField(H)`` to
-    itself: calling it checks the input is ``(B, channels, |H|, H, W)``.
+    An [`EquivariantModule`][groupattn.contracts.EquivariantModule] from ``LiftedField(H)`` to
+    itself: calling it checks the input is ``(B, dim, |H|, H, W)``.
 
     ``Linear(C, hidden) → GELU → Linear(hidden, C_out)`` applied to every
     ``(h, x)`` token of ``(B, C, |H|, H, W)``.
@@ -188,26 +202,36 @@ class GroupMLP(EquivariantModule):
 
     Parameters
     ----------
-    channels
+    dim
         ``C``.
     hidden
         Hidden width.
     point_group
         ``H`` (instance or name).
-    out_channels
-        Output width (``C`` by default).
+    out_dim
+        Output width ``C_out`` (``C`` by default).
+
+    Notes
+    -----
+    Deprecated aliases (one release): ``channels`` → ``dim``, ``out_channels`` →
+    ``out_dim`` (arguments; the attribute ``channels`` too).
     """
 
+    floating_input = True
+
+    channels = DeprecatedAttribute("dim")
+
+    @renamed_arguments(channels="dim", out_channels="out_dim")
     def __init__(
-        self, channels: int, hidden: int, point_group: PointGroup | str, out_channels: int | None = None
+        self, dim: int, hidden: int, point_group: PointGroup | str, out_dim: int | None = None
     ) -> None:
         pg = resolve_point_group(point_group, "GroupMLP")
-        super().__init__(LiftedField(pg), LiftedField(pg), in_channels=channels)
+        super().__init__(LiftedField(pg), LiftedField(pg), in_channels=dim)
         self.point_group = pg
-        self.channels = channels
-        self.fc1 = nn.Linear(channels, hidden)
+        self.dim = dim
+        self.fc1 = nn.Linear(dim, hidden)
         self.act = nn.GELU()
-        self.fc2 = nn.Linear(hidden, out_channels or channels)
+        self.fc2 = nn.Linear(hidden, out_dim or dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.fc2(self.act(self.fc1(x.movedim(1, -1))))
@@ -227,48 +251,58 @@ class GroupBlock(nn.Module):
     Contract: equivariant ``LiftedField(H) → LiftedField(H)`` wherever its attention is
     (torus translations, ``H``, ``T ⋊ H``); otherwise that of the attention.
 
+    Shapes: ``(B, dim, |H|, H, W) → (B, dim, |H|, H, W)``.
+
     Parameters
     ----------
-    channels
+    dim
         ``C`` (in and out).
     point_group
         ``H`` (instance or name).
-    num_heads, head_channels, neighbourhood, encoding, size, query_position
-        Passed to :class:`~groupattn.attention.GroupSelfAttention`.
+    num_heads, head_dim, neighbourhood, encoding, grid, query_position
+        Passed to [`GroupSelfAttention`][groupattn.attention.GroupSelfAttention].
     mlp_ratio
         Hidden width of the MLP relative to ``C``.
+
+    Notes
+    -----
+    Deprecated aliases (one release): ``channels`` → ``dim``, ``head_channels`` →
+    ``head_dim``, ``size`` → ``grid``.
     """
 
+    @renamed_arguments(channels="dim", head_channels="head_dim", size="grid")
     def __init__(
         self,
-        channels: int,
+        dim: int,
         point_group: PointGroup | str,
         num_heads: int = 1,
-        head_channels: int | None = None,
+        head_dim: int | None = None,
         neighbourhood: int | None = None,
         encoding: str = "continuous",
-        size: int | tuple[int, int] | None = None,
+        grid: int | tuple[int, int] | None = None,
         query_position: bool = False,
         mlp_ratio: float = 2.0,
     ) -> None:
         super().__init__()
         self.point_group = resolve_point_group(point_group, "GroupBlock")
-        self.norm1 = GroupLayerNorm(channels, self.point_group)
+        self.dim = dim
+        self.norm1 = GroupLayerNorm(dim, self.point_group)
         self.attention = GroupSelfAttention(
-            channels,
-            channels,
+            dim,
+            dim,
             self.point_group,
             num_heads=num_heads,
-            head_channels=head_channels,
+            head_dim=head_dim,
             neighbourhood=neighbourhood,
             encoding=encoding,
-            size=size,
+            grid=grid,
             query_position=query_position,
         )
-        self.norm2 = GroupLayerNorm(channels, self.point_group)
-        self.mlp = GroupMLP(channels, max(1, int(channels * mlp_ratio)), self.point_group)
+        self.norm2 = GroupLayerNorm(dim, self.point_group)
+        self.mlp = GroupMLP(dim, max(1, int(dim * mlp_ratio)), self.point_group)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_floating_input(x, "GroupBlock")
         x = x + self.attention(self.norm1(x))
         return x + self.mlp(self.norm2(x))
 
@@ -280,7 +314,7 @@ class GroupBlock(nn.Module):
 class LiftedAvgPool(EquivariantModule):
     """Strided average pooling of lifted fields: ``(B, C, |H|, H, W) → (B, C, |H|, H/s, W/s)``.
 
-    An :class:`~groupattn.contracts.EquivariantModule` from ``LiftedField(H)`` to
+    An [`EquivariantModule`][groupattn.contracts.EquivariantModule] from ``LiftedField(H)`` to
     itself: calling it checks the input is a lifted field of ``H``.
 
     With ``s`` dividing the (square) grid side, the ``s × s`` cells are mapped onto each
@@ -304,7 +338,7 @@ class LiftedAvgPool(EquivariantModule):
     def __init__(self, point_group: PointGroup | str, stride: int = 2) -> None:
         pg = resolve_point_group(point_group, "LiftedAvgPool")
         if stride < 1:
-            raise GroupError(f"LiftedAvgPool: expected a stride >= 1, got {stride}")
+            raise ConfigurationError(f"LiftedAvgPool: expected a stride >= 1, got {stride}")
         super().__init__(LiftedField(pg), LiftedField(pg))
         self.point_group = pg
         self.stride = stride
@@ -313,7 +347,7 @@ class LiftedAvgPool(EquivariantModule):
         b, c, g, h, w = x.shape
         s = self.stride
         if h % s or w % s:
-            raise GroupError(f"LiftedAvgPool: expected a grid divisible by stride {s}, got {h}x{w}")
+            raise ShapeError(f"LiftedAvgPool: expected a grid divisible by stride {s}, got {h}x{w}")
         return x.reshape(b, c, g, h // s, s, w // s, s).mean(dim=(4, 6))
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
@@ -342,7 +376,7 @@ class LiftedAvgPool(EquivariantModule):
 class LiftedPolyphaseDownsample(EquivariantModule):
     """Anchored stride-``s`` subsampling of lifted fields: ``(B, C, |H|, H, W) → (B, C, |H|, H/s, W/s)``.
 
-    An :class:`~groupattn.contracts.EquivariantModule` from ``LiftedField(H)`` to
+    An [`EquivariantModule`][groupattn.contracts.EquivariantModule] from ``LiftedField(H)`` to
     itself: calling it checks the input is a lifted field of ``H``.
 
     Adaptive polyphase sampling on the whole lifted field: of the ``s²`` polyphase
@@ -355,7 +389,7 @@ class LiftedPolyphaseDownsample(EquivariantModule):
     the coarse group ``T_{H/s} ⋊ H`` that depends on the input (the frame): the layer is
     *canonicalizing*, and an invariant head after it (pooling over space and group) is
     exactly invariant to p4 / p4m on the fine torus, unlike plain strided pooling (see
-    :class:`LiftedAvgPool`). Equal largest norms (ties) are broken by the lowest phase
+    [`LiftedAvgPool`][groupattn.nn.LiftedAvgPool]). Equal largest norms (ties) are broken by the lowest phase
     index, which is not equivariant; they do not occur for generic features.
 
     Contract: *canonicalizing* ``LiftedField(H) → LiftedField(H)`` with output group the
@@ -378,8 +412,9 @@ class LiftedPolyphaseDownsample(EquivariantModule):
     Raises
     ------
     GroupError
-        For a point group not acting exactly on the grid, and (in ``forward``) a wrong
-        shape or a grid not divisible by the stride.
+        For a point group not acting exactly on the grid.
+    ShapeError
+        In ``forward``: a wrong shape or a grid not divisible by the stride.
     """
 
     def __init__(
@@ -401,13 +436,13 @@ class LiftedPolyphaseDownsample(EquivariantModule):
 
     @property
     def stride(self) -> int:
-        """``s`` (held by the wrapped :class:`~groupattn.canonical.AdaptivePolyphaseDownsample`)."""
+        """``s`` (held by the wrapped [`AdaptivePolyphaseDownsample`][groupattn.canonical.AdaptivePolyphaseDownsample])."""
         return self.sampler.stride
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, c, g, h, w = x.shape
         if h % self.stride or w % self.stride:
-            raise GroupError(
+            raise ShapeError(
                 f"LiftedPolyphaseDownsample: expected a grid divisible by stride {self.stride}, got {h}x{w}"
             )
         out = self.sampler(x.reshape(b, c * g, h, w)).output
@@ -478,11 +513,11 @@ class SymmetricConvStem(nn.Module):
     def __init__(self, in_channels: int, out_channels: int, symmetric: bool = True, dilation: int = 1) -> None:
         super().__init__()
         if in_channels < 1 or out_channels < 1:
-            raise GroupError(
+            raise ConfigurationError(
                 f"SymmetricConvStem: expected positive channel widths, got {in_channels} -> {out_channels}"
             )
         if dilation < 1:
-            raise GroupError(f"SymmetricConvStem: expected a dilation >= 1, got {dilation}")
+            raise ConfigurationError(f"SymmetricConvStem: expected a dilation >= 1, got {dilation}")
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.symmetric = symmetric
@@ -499,10 +534,11 @@ class SymmetricConvStem(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 4 or x.shape[1] != self.in_channels:
-            raise GroupError(
+            raise ShapeError(
                 f"SymmetricConvStem: expected an image batch (B, C={self.in_channels}, H, W), got shape "
                 f"{tuple(x.shape)}"
             )
+        check_floating_input(x, "SymmetricConvStem")
         r = self.dilation
         padded = torch.nn.functional.pad(x, (r, r, r, r), mode="circular")
         out = torch.nn.functional.conv2d(padded, self.kernel().to(x.dtype), self.bias.to(x.dtype), dilation=r)

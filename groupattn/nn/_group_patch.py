@@ -1,4 +1,4 @@
-"""Lifting patch embedding (C4/D4-equivariant) and an absolute position embedding for baselines."""
+"""Lifting patch embedding (C4/D4-equivariant) and the lifting convolution."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
+from .._deprecation import DeprecatedAttribute, renamed_arguments
+from .._errors import ConfigurationError, ShapeError
 from ..actions import (
     GridField,
     LiftedField,
@@ -19,9 +21,10 @@ from ..actions import (
 )
 from ..attention._group_attention import resolve_point_group
 from ..contracts import Contract
+from ..contracts._module import check_floating_input
 from ..groups import Group, GroupError, PointGroup, TorusTranslations
 
-__all__ = ["AbsolutePositionEmbedding", "LiftedPatchEmbedding", "LiftingConvolution"]
+__all__ = ["LiftedPatchEmbedding", "LiftingConvolution"]
 
 
 def _rotated_kernels(weight: torch.Tensor, point_group: PointGroup, module: str) -> torch.Tensor:
@@ -51,7 +54,7 @@ def _rotated_kernel_contract(
 
 
 class LiftedPatchEmbedding(nn.Module):
-    """Patch embedding that lifts: ``(B, C_in, H, W) → (B, C_out, |H|, H/p, W/p)``.
+    """Patch embedding that lifts: ``(B, in_channels, H, W) → (B, dim, |H|, H/p, W/p)``.
 
     Output slice ``h`` is the stride-``p`` convolution with the kernel rotated (and
     reflected) by ``h``: ``W_h(u) = W(h⁻¹u)``. Rotating the image about its centre by
@@ -74,8 +77,10 @@ class LiftedPatchEmbedding(nn.Module):
 
     Parameters
     ----------
-    in_channels, out_channels
-        Channel widths.
+    in_channels
+        Image channels.
+    dim
+        Token width per group element.
     patch_size
         ``p``.
     point_group
@@ -87,19 +92,29 @@ class LiftedPatchEmbedding(nn.Module):
         Side ``k`` of the window each token sees (default ``p``: non-overlapping
         patches); ``k ≥ p`` with ``k − p`` even.
 
+    Notes
+    -----
+    Deprecated alias (one release): ``out_channels`` → ``dim`` (argument and attribute).
+
     Raises
     ------
     GroupError
-        For a point group not acting exactly on the grid, a patch size below 1, a
-        kernel size smaller than the patch or of the wrong parity, and (in ``forward``)
-        a wrong shape, a grid not divisible by ``p`` or a non-square grid under quarter
-        turns.
+        For a point group not acting exactly on the grid.
+    ConfigurationError
+        For a patch size below 1 or a kernel size smaller than the patch or of the
+        wrong parity.
+    ShapeError
+        In ``forward``: a wrong shape, a grid not divisible by ``p`` or a non-square
+        grid under quarter turns.
     """
 
+    out_channels = DeprecatedAttribute("dim")
+
+    @renamed_arguments(out_channels="dim")
     def __init__(
         self,
         in_channels: int,
-        out_channels: int,
+        dim: int,
         patch_size: int,
         point_group: PointGroup | str,
         bias: bool = True,
@@ -112,30 +127,31 @@ class LiftedPatchEmbedding(nn.Module):
                 f"LiftedPatchEmbedding: expected a point group acting exactly on the grid, got {self.point_group.name}"
             )
         if patch_size < 1:
-            raise GroupError(f"LiftedPatchEmbedding: expected a patch size >= 1, got {patch_size}")
+            raise ConfigurationError(f"LiftedPatchEmbedding: expected a patch size >= 1, got {patch_size}")
         kernel = patch_size if kernel_size is None else kernel_size
         if kernel < patch_size or (kernel - patch_size) % 2:
-            raise GroupError(
+            raise ConfigurationError(
                 f"LiftedPatchEmbedding: expected a kernel size >= the patch size {patch_size} that differs from it "
                 f"by an even number (a window centred on its patch), got {kernel_size}"
             )
-        self.in_channels, self.out_channels, self.patch_size = in_channels, out_channels, patch_size
+        self.in_channels, self.dim, self.patch_size = in_channels, dim, patch_size
         self.kernel_size = kernel
-        self.weight = nn.Parameter(torch.randn(out_channels, in_channels, kernel, kernel) / kernel)
-        self.bias: nn.Parameter | None = nn.Parameter(torch.zeros(out_channels)) if bias else None
+        self.weight = nn.Parameter(torch.randn(dim, in_channels, kernel, kernel) / kernel)
+        self.bias: nn.Parameter | None = nn.Parameter(torch.zeros(dim)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         p = self.patch_size
         if x.dim() != 4 or x.shape[1] != self.in_channels:
-            raise GroupError(
+            raise ShapeError(
                 f"LiftedPatchEmbedding: expected an image batch (B, C={self.in_channels}, H, W), got {tuple(x.shape)}"
             )
+        check_floating_input(x, "LiftedPatchEmbedding")
         if x.shape[-1] % p or x.shape[-2] % p:
-            raise GroupError(
+            raise ShapeError(
                 f"LiftedPatchEmbedding: expected a grid divisible by patch {p}, got {x.shape[-2]}x{x.shape[-1]}"
             )
         if x.shape[-1] != x.shape[-2] and self.point_group.order() > 2:
-            raise GroupError(
+            raise ShapeError(
                 f"LiftedPatchEmbedding: expected a square grid for {self.point_group.name}, "
                 f"got {x.shape[-2]}x{x.shape[-1]}"
             )
@@ -177,12 +193,12 @@ class LiftedPatchEmbedding(nn.Module):
 
 
 class LiftingConvolution(nn.Module):
-    """A lifting convolution on the torus: ``(B, C_in, H, W) → (B, C_out, |H|, H, W)``.
+    """A lifting convolution on the torus: ``(B, in_channels, H, W) → (B, dim, |H|, H, W)``.
 
     Output slice ``h`` is the circular ``k × k`` convolution (stride 1) with the kernel
     rotated (and reflected) by ``h``: ``W_h(u) = W(h⁻¹u)`` — the lifting layer of a
     p4 / p4m group CNN. The kernel is unconstrained, so unlike
-    :class:`SymmetricConvStem` the output carries orientation: rotating the image by
+    [`SymmetricConvStem`][groupattn.nn.SymmetricConvStem] the output carries orientation: rotating the image by
     ``g`` about its centre rotates every slice and permutes them ``h ↦ g h``. Circular
     padding keeps it equivariant to all translations of the torus. One convolution
     computes every slice (the rotated kernels come from a precomputed permutation of
@@ -195,22 +211,34 @@ class LiftingConvolution(nn.Module):
 
     Parameters
     ----------
-    in_channels, out_channels
-        Channel widths.
+    in_channels
+        Image channels.
+    dim
+        Output width per group element.
     kernel_size
         Odd side ``k``.
     point_group
         ``H`` (instance or name); must act exactly on the grid (C1, C2, C4, D1, D2, D4).
 
+    Notes
+    -----
+    Deprecated alias (one release): ``out_channels`` → ``dim`` (argument and attribute).
+
     Raises
     ------
     GroupError
-        For a point group not acting on the grid, an even or non-positive kernel size,
-        and (in ``forward``) a wrong shape, a non-square grid under quarter turns, or a
-        grid smaller than the kernel.
+        For a point group not acting on the grid.
+    ConfigurationError
+        For an even or non-positive kernel size or a non-positive width.
+    ShapeError
+        In ``forward``: a wrong shape, a non-square grid under quarter turns, or a grid
+        smaller than the kernel.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, point_group: PointGroup | str) -> None:
+    out_channels = DeprecatedAttribute("dim")
+
+    @renamed_arguments(out_channels="dim")
+    def __init__(self, in_channels: int, dim: int, kernel_size: int, point_group: PointGroup | str) -> None:
         super().__init__()
         self.point_group = resolve_point_group(point_group, "LiftingConvolution")
         if not self.point_group.acts_exactly_on_grid:
@@ -218,15 +246,15 @@ class LiftingConvolution(nn.Module):
                 f"LiftingConvolution: expected a point group acting exactly on the grid, got {self.point_group.name}"
             )
         if kernel_size < 1 or kernel_size % 2 == 0:
-            raise GroupError(f"LiftingConvolution: expected an odd kernel size >= 1, got {kernel_size}")
-        if in_channels < 1 or out_channels < 1:
-            raise GroupError(
-                f"LiftingConvolution: expected positive channel widths, got {in_channels} -> {out_channels}"
+            raise ConfigurationError(f"LiftingConvolution: expected an odd kernel size >= 1, got {kernel_size}")
+        if in_channels < 1 or dim < 1:
+            raise ConfigurationError(
+                f"LiftingConvolution: expected positive channel widths, got {in_channels} -> {dim}"
             )
-        self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
+        self.in_channels, self.dim, self.kernel_size = in_channels, dim, kernel_size
         bound = (3.0 / (in_channels * kernel_size * kernel_size)) ** 0.5
-        self.weight = nn.Parameter(torch.empty(out_channels, in_channels, kernel_size, kernel_size).uniform_(-bound, bound))
-        self.bias = nn.Parameter(torch.zeros(out_channels))
+        self.weight = nn.Parameter(torch.empty(dim, in_channels, kernel_size, kernel_size).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.zeros(dim))
 
     def kernels(self) -> torch.Tensor:
         """The rotated kernels of all slices, ``(|H|·C_out, C_in, k, k)`` (slice-major)."""
@@ -235,13 +263,14 @@ class LiftingConvolution(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         name = "LiftingConvolution"
         if x.dim() != 4 or x.shape[1] != self.in_channels:
-            raise GroupError(f"{name}: expected an image batch (B, C={self.in_channels}, H, W), got {tuple(x.shape)}")
+            raise ShapeError(f"{name}: expected an image batch (B, C={self.in_channels}, H, W), got {tuple(x.shape)}")
+        check_floating_input(x, name)
         height, width = x.shape[-2:]
         if height != width and self.point_group.order() > 2:
-            raise GroupError(f"{name}: expected a square grid for {self.point_group.name}, got {height}x{width}")
+            raise ShapeError(f"{name}: expected a square grid for {self.point_group.name}, got {height}x{width}")
         r = self.kernel_size // 2
         if min(height, width) < self.kernel_size:
-            raise GroupError(f"{name}: expected a grid of at least {self.kernel_size}x{self.kernel_size}, got {height}x{width}")
+            raise ShapeError(f"{name}: expected a grid of at least {self.kernel_size}x{self.kernel_size}, got {height}x{width}")
         g = self.point_group.order()
         padded = F.pad(x, (r, r, r, r), mode="circular")
         out = F.conv2d(padded, self.kernels().to(x.dtype), self.bias.repeat(g).to(x.dtype))
@@ -258,42 +287,4 @@ class LiftingConvolution(nn.Module):
 
     def extra_repr(self) -> str:
         k = self.kernel_size
-        return f"{self.in_channels}->{self.out_channels}, {self.point_group.name}, circular {k}x{k}"
-
-
-class AbsolutePositionEmbedding(nn.Module):
-    """A learned absolute position embedding added to a lifted field (baselines only).
-
-    ``x + P`` with ``P`` of shape ``(C, |H|, H, W)``.
-
-    Contract: *breaks* for every group that moves positions ("absolute positional
-    encoding is not invariant").
-
-    Parameters
-    ----------
-    channels
-        ``C``.
-    point_group
-        ``H`` (instance or name).
-    size
-        ``(H, W)`` or one int.
-    """
-
-    def __init__(self, channels: int, point_group: PointGroup | str, size: int | tuple[int, int]) -> None:
-        super().__init__()
-        self.point_group = resolve_point_group(point_group, "AbsolutePositionEmbedding")
-        hw = (size, size) if isinstance(size, int) else tuple(size)
-        self.embedding = nn.Parameter(torch.randn(channels, self.point_group.order(), hw[0], hw[1]) * 0.02)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() != 5 or x.shape[1:] != self.embedding.shape:
-            raise GroupError(
-                f"AbsolutePositionEmbedding: expected a lifted field (B, {', '.join(map(str, self.embedding.shape))}), "
-                f"got {tuple(x.shape)}"
-            )
-        return x + self.embedding
-
-    def contract(self, group: Group, input_type: Any = None) -> Contract:
-        """Breaks: absolute positions are not invariant."""
-        t = LiftedField(self.point_group)
-        return Contract.breaks(f"absolute positional encoding is not invariant under {group.name}", t, t)
+        return f"{self.in_channels}->{self.dim}, {self.point_group.name}, circular {k}x{k}"

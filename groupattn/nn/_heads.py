@@ -17,7 +17,7 @@ __all__ = ["ClassToken", "ClassTokenReadout"]
 class ClassToken(EquivariantModule):
     """Prepend a learned class token to the grid tokens.
 
-    An :class:`~groupattn.contracts.EquivariantModule` from ``TokenField(grid)`` to
+    An [`EquivariantModule`][groupattn.contracts.EquivariantModule] from ``TokenField(grid)`` to
     ``TokenField(grid, prefix=1)``: calling it checks the input is ``(B, h·w, dim)``.
 
     The class token is the same for every input, so it is invariant; with attention
@@ -33,6 +33,8 @@ class ClassToken(EquivariantModule):
     grid
         Token grid ``(h, w)``.
     """
+
+    floating_input = True
 
     def __init__(self, dim: int, grid: tuple[int, int]) -> None:
         grid = check_grid(grid, "ClassToken")
@@ -55,11 +57,11 @@ class ClassToken(EquivariantModule):
 class ClassTokenReadout(EquivariantModule):
     """Read out the class token (the first token).
 
-    An :class:`~groupattn.contracts.EquivariantModule` from ``TokenField(grid,
-    prefix=1)`` to :class:`~groupattn.actions.InvariantField`: calling it checks the
+    An [`EquivariantModule`][groupattn.contracts.EquivariantModule] from ``TokenField(grid,
+    prefix=1)`` to [`InvariantField`][groupattn.actions.InvariantField]: calling it checks the
     input is ``(B, 1 + h·w, C)``.
 
-    Contract: *invariant* — prefix tokens of a :class:`~groupattn.actions.TokenField` do
+    Contract: *invariant* — prefix tokens of a [`TokenField`][groupattn.actions.TokenField] do
     not move.
 
     Shapes: ``(B, 1 + h·w, C) → (B, C)``.

@@ -8,11 +8,12 @@ import torch
 from einops import rearrange
 from torch import nn
 
+from .._errors import ConfigurationError
 from ..actions import TokenField, check_grid, torus_stride
 from ..canonical import gather_tokens, polyphase_phase, shifted_token_index
 from ..canonical._polyphase import Norm
 from ..contracts import Contract, EquivariantModule
-from ..groups import Group, GroupError, TorusTranslations
+from ..groups import Group, TorusTranslations
 
 __all__ = ["PatchMerging"]
 
@@ -20,7 +21,7 @@ __all__ = ["PatchMerging"]
 class PatchMerging(EquivariantModule):
     """Concatenate each ``2 × 2`` block of tokens, normalise and project (Swin's patch merging).
 
-    An :class:`~groupattn.contracts.EquivariantModule` from ``TokenField(grid)`` to
+    An [`EquivariantModule`][groupattn.contracts.EquivariantModule] from ``TokenField(grid)`` to
     ``TokenField(grid / 2)``: calling it checks the input is ``(B, h·w, dim)``.
 
     With ``anchored=True`` the token grid is polyphase-anchored with stride 2 first, so
@@ -46,6 +47,7 @@ class PatchMerging(EquivariantModule):
         Norm of the polyphase anchoring.
     """
 
+    floating_input = True
     merge_rows: torch.Tensor
     merge_cols: torch.Tensor
 
@@ -54,7 +56,7 @@ class PatchMerging(EquivariantModule):
     ) -> None:
         grid = check_grid(grid, "PatchMerging")
         if grid[0] % 2 or grid[1] % 2:
-            raise GroupError(f"PatchMerging: expected a grid divisible by stride 2, got {grid[0]}x{grid[1]}")
+            raise ConfigurationError(f"PatchMerging: expected a grid divisible by stride 2, got {grid[0]}x{grid[1]}")
         super().__init__(TokenField(grid), TokenField((grid[0] // 2, grid[1] // 2)), in_channels=dim)
         self.grid = grid
         self.dim, self.out_dim, self.anchored, self.norm = dim, out_dim, anchored, norm
@@ -77,7 +79,8 @@ class PatchMerging(EquivariantModule):
             frame = torch.zeros(b, 2, dtype=torch.long, device=x.device)
         # anchoring and the 2x2 grouping in one row gather (same cost for the baseline)
         index = shifted_token_index(frame[:, 0], frame[:, 1], self.grid, self.merge_rows, self.merge_cols)
-        merged = gather_tokens(x, index).reshape(b, -1, 4 * self.dim)
+        # explicit sizes: with an empty batch a -1 would be ambiguous
+        merged = gather_tokens(x, index).reshape(b, self.out_grid[0] * self.out_grid[1], 4 * self.dim)
         return self.reduction(self.layer_norm(merged))
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:

@@ -9,6 +9,7 @@ from torch import nn
 
 from ..actions import TokenField
 from ..contracts import Contract
+from ..contracts._module import check_floating_input
 from ..groups import Group
 
 __all__ = ["MLP"]
@@ -50,6 +51,7 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the MLP token-wise."""
+        check_floating_input(x, "MLP")
         return self.fc2(self.act(self.fc1(x)))
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:

@@ -9,13 +9,16 @@ import torch
 from einops import rearrange
 from torch import nn
 
+from .._deprecation import DeprecatedAttribute, renamed_arguments
+from .._errors import ConfigurationError, ShapeError
 from ..actions import GridField, TokenField, torus_stride
 from ..canonical import PolyphaseAnchor
 from ..canonical._polyphase import Norm
 from ..canonical._precision import scoring, to_score_dtype
 from ..canonical._record import judging_ties_as
 from ..contracts import Contract
-from ..groups import Group, GroupError, TorusTranslations
+from ..contracts._module import check_floating_input
+from ..groups import Group, TorusTranslations
 
 __all__ = ["PatchEmbedding"]
 
@@ -39,20 +42,21 @@ def _circular_blur(x: torch.Tensor, taps: tuple[tuple[int, float], ...], dim: in
 
 def _check_image(module: str, x: torch.Tensor, channels: int, size: tuple[int, int]) -> None:
     GridField().check(x, module)
+    check_floating_input(x, module)
     if x.shape[1] != channels:
-        raise GroupError(f"{module}: expected {channels} input channels, got {x.shape[1]}")
+        raise ShapeError(f"{module}: expected {channels} input channels, got {x.shape[1]}")
     if tuple(x.shape[2:]) != tuple(size):
-        raise GroupError(f"{module}: expected {size[0]}x{size[1]} images, got {x.shape[2]}x{x.shape[3]}")
+        raise ShapeError(f"{module}: expected {size[0]}x{size[1]} images, got {x.shape[2]}x{x.shape[3]}")
 
 
 class PatchEmbedding(nn.Module):
-    """Split an image into ``patch × patch`` patches and embed each (a strided convolution).
+    """Split an image into ``patch_size × patch_size`` patches and embed each (a strided convolution).
 
-    With ``anchored=True`` the image is polyphase-anchored with stride ``patch`` first,
+    With ``anchored=True`` the image is polyphase-anchored with stride ``patch_size`` first,
     so the patch grid moves with the data (Ding et al., 2023).
 
     A network can instead be anchored **once**, here, for all its strided layers:
-    ``anchor_stride = S`` (a multiple of ``patch``, e.g. the coarsest period of the
+    ``anchor_stride = S`` (a multiple of ``patch_size``, e.g. the coarsest period of the
     windows, merges and reductions that follow) anchors the image with stride ``S``, and
     the later layers then need only be equivariant to shifts by multiples of ``S`` — they
     run un-anchored. For a large ``S`` the phase should be chosen on a smoothed copy
@@ -66,7 +70,7 @@ class PatchEmbedding(nn.Module):
     computed in float64 with autocast disabled, from the image as received, whatever
     the dtype the network runs in; the image keeps its dtype on the data path (the
     float64 round trip of the blurred variant is exact). Near-ties are judged against
-    the rounding of the image's dtype (see :func:`~groupattn.canonical.record_canonicalizations`).
+    the rounding of the image's dtype (see [`record_canonicalizations`][groupattn.canonical.record_canonicalizations]).
 
     Contract under ``TorusTranslations(H, W)``: anchored — *canonicalizing* onto
     ``TorusTranslations(H/S, W/S, stride=S/p)`` of the token grid (``S = p`` by default:
@@ -82,7 +86,7 @@ class PatchEmbedding(nn.Module):
         Image channels.
     dim
         Token width.
-    patch
+    patch_size
         Patch size ``p`` (divides the image size).
     image_size
         ``(H, W)``.
@@ -91,8 +95,8 @@ class PatchEmbedding(nn.Module):
     norm
         Norm of the polyphase anchoring.
     anchor_stride
-        Stride ``S`` of the anchoring (default: ``patch``); a multiple of ``patch``
-        dividing the image size.
+        Stride ``S`` of the anchoring (default: ``patch_size``); a multiple of
+        ``patch_size`` dividing the image size.
     anchor_sigma
         Width in pixels of the Gaussian blur of the anchoring score (``0``, the
         default: the polyphase norms of the image itself).
@@ -103,13 +107,28 @@ class PatchEmbedding(nn.Module):
         Peak of the smoothed score channel relative to ``max|x|`` (``anchor_sigma > 0``
         only; its fourth power, 65536 by default, is its weight against the image's own
         channels in the L4 norm).
+
+    Notes
+    -----
+    Deprecated alias (one release): ``patch`` → ``patch_size`` (argument and attribute).
+
+    Raises
+    ------
+    ConfigurationError
+        For a patch size or anchor stride that does not divide the image size, or a
+        negative ``anchor_sigma``.
+    ShapeError
+        In ``forward``: an input that is not ``(B, in_channels, *image_size)``.
     """
 
+    patch = DeprecatedAttribute("patch_size")
+
+    @renamed_arguments(patch="patch_size")
     def __init__(
         self,
         in_channels: int,
         dim: int,
-        patch: int,
+        patch_size: int,
         image_size: tuple[int, int],
         anchored: bool = True,
         norm: Norm = "l2",
@@ -120,19 +139,20 @@ class PatchEmbedding(nn.Module):
     ) -> None:
         super().__init__()
         size = (int(image_size[0]), int(image_size[1]))
+        patch = patch_size
         if patch < 1 or size[0] % patch or size[1] % patch:
-            raise GroupError(
+            raise ConfigurationError(
                 f"PatchEmbedding: expected an image size divisible by patch {patch}, got {size[0]}x{size[1]}"
             )
         stride = patch if anchor_stride is None else int(anchor_stride)
         if stride < 1 or stride % patch or size[0] % stride or size[1] % stride:
-            raise GroupError(
+            raise ConfigurationError(
                 f"PatchEmbedding: expected an anchor stride that is a multiple of patch {patch} and divides "
                 f"the image size {size[0]}x{size[1]}, got {anchor_stride}"
             )
         if not anchor_sigma >= 0.0:
-            raise GroupError(f"PatchEmbedding: expected anchor_sigma >= 0, got {anchor_sigma}")
-        self.in_channels, self.dim, self.patch, self.image_size = in_channels, dim, patch, size
+            raise ConfigurationError(f"PatchEmbedding: expected anchor_sigma >= 0, got {anchor_sigma}")
+        self.in_channels, self.dim, self.patch_size, self.image_size = in_channels, dim, patch, size
         self.grid = (size[0] // patch, size[1] // patch)
         self.anchored, self.norm = anchored, norm
         self.anchor_stride, self.anchor_sigma, self.anchor_scale = stride, float(anchor_sigma), float(anchor_scale)
@@ -160,7 +180,7 @@ class PatchEmbedding(nn.Module):
             ``(B, 1, H, W)``, scaled per sample to peak at ``anchor_scale · max|x|``.
         """
         if self._taps is None:
-            raise GroupError("PatchEmbedding: anchor_score needs anchor_sigma > 0")
+            raise ConfigurationError("PatchEmbedding: anchor_score needs anchor_sigma > 0")
         energy = (x * x).sum(dim=1, keepdim=True)
         taps_y, taps_x = self._taps
         blurred = _circular_blur(_circular_blur(energy, taps_y, 2), taps_x, 3)
@@ -197,14 +217,14 @@ class PatchEmbedding(nn.Module):
         if stride is None:
             return Contract.unknown(f"PatchEmbedding: promises nothing for {group.name}", GridField())
         assert isinstance(group, TorusTranslations)
-        if stride % self.patch == 0 and (not self.anchored or stride % self.anchor_stride == 0):
+        if stride % self.patch_size == 0 and (not self.anchored or stride % self.anchor_stride == 0):
             # whole patches move, and the anchoring's phase (if any) never changes
-            coarse = TorusTranslations(group.height, group.width, stride=stride // self.patch)
+            coarse = TorusTranslations(group.height, group.width, stride=stride // self.patch_size)
             return Contract.equivariant(GridField(), out, coarse)
         if not self.anchored:
             return Contract.breaks(
                 "strided patch embedding without anchoring is not translation-equivariant: patches "
-                f"do not move with shifts that are not multiples of the patch size {self.patch}",
+                f"do not move with shifts that are not multiples of the patch size {self.patch_size}",
                 GridField(),
                 out,
             )
@@ -214,13 +234,13 @@ class PatchEmbedding(nn.Module):
                 GridField(),
             )
         h, w = self.grid
-        ratio = self.anchor_stride // self.patch
+        ratio = self.anchor_stride // self.patch_size
         return Contract.canonicalizing(GridField(), out, TorusTranslations(h // ratio, w // ratio, stride=ratio))
 
     def extra_repr(self) -> str:
         return (
-            f"in_channels={self.in_channels}, dim={self.dim}, patch={self.patch}, "
+            f"in_channels={self.in_channels}, dim={self.dim}, patch_size={self.patch_size}, "
             f"image_size={self.image_size}, anchored={self.anchored}"
-            + (f", anchor_stride={self.anchor_stride}" if self.anchor_stride != self.patch else "")
+            + (f", anchor_stride={self.anchor_stride}" if self.anchor_stride != self.patch_size else "")
             + (f", anchor_sigma={self.anchor_sigma}" if self.anchor_sigma > 0 else "")
         )

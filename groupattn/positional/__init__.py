@@ -1,15 +1,17 @@
 """Positional encodings, each with its contract: invariant ones built from orbitals, and baselines.
 
-Every encoding indexed by orbital shares one code path, :class:`IndexedTable` (an index
+Every encoding indexed by orbital shares one code path, [`IndexedTable`][groupattn.positional.IndexedTable] (an index
 the module owns, a plain tensor attribute, and the gather of a table by it). Pairwise
-biases, a table indexed by a label per token pair (:class:`PairTableBias`):
-:class:`OrbitalBias` (a learned value per orbital of any G-set),
-:class:`ContinuousOrbitalBias` (an MLP of a pair invariant),
-:class:`CirculantRelativeBias` (the orbitals of torus translations), and the baselines
-:class:`PairwiseBias` and :class:`ClippedRelativeBias`. Roto-translations:
-:class:`OrbitalTableEncoding` (a learned value per orbital of ``T ⋊ H`` on the
+biases, a table indexed by a label per token pair ([`PairTableBias`][groupattn.positional.PairTableBias]):
+[`OrbitalBias`][groupattn.positional.OrbitalBias] (a learned value per orbital of any G-set),
+[`ContinuousOrbitalBias`][groupattn.positional.ContinuousOrbitalBias] (an MLP of a pair invariant),
+[`CirculantRelativeBias`][groupattn.positional.CirculantRelativeBias] (the orbitals of torus translations), and the baselines
+[`PairwiseBias`][groupattn.positional.PairwiseBias] and [`ClippedRelativeBias`][groupattn.positional.ClippedRelativeBias]. Roto-translations:
+[`OrbitalTableEncoding`][groupattn.positional.OrbitalTableEncoding] (a learned value per orbital of ``T ⋊ H`` on the
 (output, key) pairs of lifting and group attention, labels from the closed form of
-:func:`relative_geometry`).
+[`relative_geometry`][groupattn.positional.relative_geometry]). Absolute (non-invariant) baselines:
+[`AbsolutePositionalEncoding`][groupattn.positional.AbsolutePositionalEncoding] on tokens and
+[`LiftedAbsolutePositionalEncoding`][groupattn.positional.LiftedAbsolutePositionalEncoding] on lifted fields.
 """
 
 from ._group import (
@@ -22,6 +24,7 @@ from ._group import (
     relative_geometry,
     window_tiling,
 )
+from ._lifted import LiftedAbsolutePositionalEncoding
 from ._orbital import (
     ContinuousOrbitalBias,
     IndexedTable,
@@ -49,6 +52,7 @@ __all__ = [
     "ConvPositionalEncoding",
     "GroupPositionalEncoding",
     "IndexedTable",
+    "LiftedAbsolutePositionalEncoding",
     "OrbitalBias",
     "OrbitalTableEncoding",
     "PairTableBias",

@@ -8,18 +8,18 @@ equivariant to T ⋊ H exactly when their positional information is a function o
 * the key offset seen from the output's frame, ``h⁻¹ (x_j − x_i)``, and
 * for group layers, the key's group element seen from the output's frame, ``h⁻¹ k``.
 
-:func:`relative_geometry` enumerates these invariants once per input shape (cached) as a
+[`relative_geometry`][groupattn.positional.relative_geometry] enumerates these invariants once per input shape (cached) as a
 small table plus a long index tensor mapping every ``(h, query, key)`` triple to its
 table entry. The encodings below produce one value per table entry (and head); layers
 gather the bias from the table with the index
-(:meth:`GroupPositionalEncoding.bias`, the gather of
-:class:`~groupattn.positional.OrbitalBias`), so the bias is constant on orbitals by
+([`GroupPositionalEncoding.bias`][groupattn.positional.GroupPositionalEncoding.bias], the gather of
+[`OrbitalBias`][groupattn.positional.OrbitalBias]), so the bias is constant on orbitals by
 construction. For point groups acting exactly on the grid the table entries are the
 orbitals of ``GSet.lifted_grid`` (group layers) on pairs, enumerated here by a fast
-closed form instead of union–find; :class:`OrbitalTableEncoding`, one learned value per
-orbital, is a specialisation of :class:`~groupattn.positional.IndexedTable` — the same
-"index by orbital" class as :class:`~groupattn.positional.OrbitalBias` and
-:class:`~groupattn.positional.CirculantRelativeBias` — with that closed form as its labels.
+closed form instead of union–find; [`OrbitalTableEncoding`][groupattn.positional.OrbitalTableEncoding], one learned value per
+orbital, is a specialisation of [`IndexedTable`][groupattn.positional.IndexedTable] — the same
+"index by orbital" class as [`OrbitalBias`][groupattn.positional.OrbitalBias] and
+[`CirculantRelativeBias`][groupattn.positional.CirculantRelativeBias] — with that closed form as its labels.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from typing import cast
 import torch
 from torch import nn
 
+from .._deprecation import DeprecatedAttribute, renamed_arguments
+from .._errors import ConfigurationError, ShapeError
 from ..groups import GroupError, PointGroup, integer_matrix, real_matrix
 from ._orbital import IndexedTable, gather_pair_table
 
@@ -162,7 +164,7 @@ class RelativeGeometry:
         return torch.arange(self.num_entries) % n
 
     def spatial_entries(self) -> torch.Tensor:
-        """``(T,)``: the spatial entry (row of :attr:`spatial_offsets`) of each entry."""
+        """``(T,)``: the spatial entry (row of ``spatial_offsets``) of each entry."""
         if self.lifting:
             return torch.arange(self.num_entries)
         return torch.arange(self.num_entries) // self.group_order
@@ -173,20 +175,21 @@ def _has_quarter_turn(point_group: PointGroup) -> bool:
 
 
 def check_grid(point_group: PointGroup, height: int, width: int, neighbourhood: int | None, module: str) -> None:
-    """Raise :class:`GroupError` for a grid or neighbourhood the layer cannot handle.
+    """Raise an error for a grid or neighbourhood the layer cannot handle.
 
-    Rotation groups other than C1, C2, D1, D2 need a square grid; a neighbourhood must
-    be odd, positive and fit in the grid.
+    Rotation groups other than C1, C2, D1, D2 need a square grid, and a neighbourhood
+    must fit in the grid ([`ShapeError`][groupattn.ShapeError]); a neighbourhood must be odd and
+    positive ([`ConfigurationError`][groupattn.ConfigurationError]).
     """
     if height != width and _has_quarter_turn(point_group):
-        raise GroupError(
+        raise ShapeError(
             f"{module}: expected a square grid for the rotation group {point_group.name}, got {height}x{width}"
         )
     if neighbourhood is not None:
         if neighbourhood < 1 or neighbourhood % 2 == 0:
-            raise GroupError(f"{module}: expected an odd neighbourhood size k >= 1, got {neighbourhood}")
+            raise ConfigurationError(f"{module}: expected an odd neighbourhood size k >= 1, got {neighbourhood}")
         if neighbourhood > min(height, width):
-            raise GroupError(
+            raise ShapeError(
                 f"{module}: expected a neighbourhood of at most the grid side {min(height, width)}, "
                 f"got {neighbourhood} on a {height}x{width} grid"
             )
@@ -230,8 +233,10 @@ def relative_geometry(
 
     Raises
     ------
-    GroupError
-        For a non-square grid under 90° rotations or a bad neighbourhood.
+    ShapeError
+        For a non-square grid under 90° rotations or a neighbourhood larger than the grid.
+    ConfigurationError
+        For an even or non-positive neighbourhood.
     """
     module = "relative_geometry"
     check_grid(point_group, height, width, neighbourhood, module)
@@ -333,30 +338,33 @@ class GroupPositionalEncoding(nn.Module):
     ----------
     num_heads
         Number of attention heads.
-    vector_channels
-        ``d`` of the query-dependent term; 0 disables it.
+    vector_dim
+        Per-head width ``d`` of the query-dependent term; 0 disables it.
     additive
         Whether to produce the additive bias.
     """
 
-    def __init__(self, num_heads: int, vector_channels: int = 0, additive: bool = True) -> None:
+    vector_channels = DeprecatedAttribute("vector_dim")
+
+    @renamed_arguments(vector_channels="vector_dim")
+    def __init__(self, num_heads: int, vector_dim: int = 0, additive: bool = True) -> None:
         super().__init__()
         if num_heads < 1:
-            raise GroupError(f"{type(self).__name__}: expected num_heads >= 1, got {num_heads}")
-        if vector_channels < 0:
-            raise GroupError(f"{type(self).__name__}: expected vector_channels >= 0, got {vector_channels}")
-        if not additive and vector_channels == 0:
-            raise GroupError(
+            raise ConfigurationError(f"{type(self).__name__}: expected num_heads >= 1, got {num_heads}")
+        if vector_dim < 0:
+            raise ConfigurationError(f"{type(self).__name__}: expected vector_dim >= 0, got {vector_dim}")
+        if not additive and vector_dim == 0:
+            raise ConfigurationError(
                 f"{type(self).__name__}: expected an additive bias or a query-dependent term, got neither"
             )
         self.num_heads = num_heads
-        self.vector_channels = vector_channels
+        self.vector_dim = vector_dim
         self.additive = additive
 
     @property
     def out_features(self) -> int:
         """Values per table entry: ``heads`` (bias) + ``heads · d`` (vectors)."""
-        return self.num_heads * ((1 if self.additive else 0) + self.vector_channels)
+        return self.num_heads * ((1 if self.additive else 0) + self.vector_dim)
 
     def entry_values(self, geometry: RelativeGeometry) -> torch.Tensor:
         """``(T, out_features)``: the raw values of every table entry."""
@@ -367,29 +375,30 @@ class GroupPositionalEncoding(nn.Module):
         heads = self.num_heads
         bias = values[:, :heads].transpose(0, 1) if self.additive else None
         vectors = None
-        if self.vector_channels:
+        if self.vector_dim:
             start = heads if self.additive else 0
-            vectors = values[:, start:].reshape(values.shape[0], heads, self.vector_channels)
+            vectors = values[:, start:].reshape(values.shape[0], heads, self.vector_dim)
         return bias, vectors
 
     def bias(self, geometry: RelativeGeometry) -> torch.Tensor:
         """The additive bias gathered to every ``(h, query, key)`` triple: ``(heads, *geometry.index.shape)``.
 
         The "index a table by orbital" gather of
-        :class:`~groupattn.positional.OrbitalBias`
-        (:func:`~groupattn.positional.gather_pair_table` of the ``(heads, T)`` table by
+        [`OrbitalBias`][groupattn.positional.OrbitalBias]
+        ([`gather_pair_table`][groupattn.positional.gather_pair_table] of the ``(heads, T)`` table by
         the geometry's orbital index); a pure gather, so the bias is constant on the
         orbitals.
 
         Raises
         ------
-        GroupError
-            If the encoding has no additive bias, or (for a table of fixed geometry)
-            the geometry is not the table's.
+        ConfigurationError
+            If the encoding has no additive bias.
+        ShapeError
+            For a table of fixed geometry, if the geometry is not the table's.
         """
         table, _ = self(geometry)
         if table is None:
-            raise GroupError(f"{type(self).__name__}: expected an additive encoding for bias(), got additive=False")
+            raise ConfigurationError(f"{type(self).__name__}: expected an additive encoding for bias(), got additive=False")
         return self._gather_entries(table, geometry)
 
     def _gather_entries(self, table: torch.Tensor, geometry: RelativeGeometry) -> torch.Tensor:
@@ -411,21 +420,21 @@ def _grid_size(size: object, module: str) -> tuple[int, int]:
             raise TypeError
         height, width = (operator.index(v) for v in pair)
     except TypeError:
-        raise GroupError(f"{module}: expected a grid size (height, width) of ints, got {size!r}") from None
+        raise ConfigurationError(f"{module}: expected a grid size (height, width) of ints, got {size!r}") from None
     if height < 1 or width < 1:
-        raise GroupError(f"{module}: expected a grid size of at least 1x1, got {height}x{width}")
+        raise ConfigurationError(f"{module}: expected a grid size of at least 1x1, got {height}x{width}")
     return height, width
 
 
 class OrbitalTableEncoding(GroupPositionalEncoding, IndexedTable):
     """A learned table: one value per orbital per head (and optionally a vector).
 
-    The roto-translation case of :class:`~groupattn.positional.IndexedTable`, the class
-    :class:`~groupattn.positional.OrbitalBias` and
-    :class:`~groupattn.positional.CirculantRelativeBias` specialise too: its labels,
-    :attr:`orbital_index`, are the orbitals of ``T ⋊ H`` on the (output, key) pairs of
+    The roto-translation case of [`IndexedTable`][groupattn.positional.IndexedTable], the class
+    [`OrbitalBias`][groupattn.positional.OrbitalBias] and
+    [`CirculantRelativeBias`][groupattn.positional.CirculantRelativeBias] specialise too: its labels,
+    [`orbital_index`][groupattn.positional.OrbitalTableEncoding.orbital_index], are the orbitals of ``T ⋊ H`` on the (output, key) pairs of
     the layer, enumerated once at construction by the closed form of
-    :func:`relative_geometry` (no union–find) and copied into the module — a plain
+    [`relative_geometry`][groupattn.positional.relative_geometry] (no union–find) and copied into the module — a plain
     tensor attribute, not a parameter or buffer, so not in the ``state_dict`` (which
     holds ``table`` only). Memory: the index has one long per (output, key) pair, e.g.
     ``(|H|·h·w)²`` for a global group layer.
@@ -438,7 +447,7 @@ class OrbitalTableEncoding(GroupPositionalEncoding, IndexedTable):
     Contract: invariant (it depends on orbitals only).
 
     Shapes: ``forward(geometry)`` → bias ``(heads, T)`` (or ``None``) and vectors
-    ``(T, heads, d)`` (or ``None``); :meth:`bias` → ``(heads, *orbital_index.shape)``:
+    ``(T, heads, d)`` (or ``None``); [`bias`][groupattn.positional.GroupPositionalEncoding.bias] → ``(heads, *orbital_index.shape)``:
     lifting global ``(|H|, N, N)``, group global ``(|H|, N, |H|, N)``, lifting local
     ``(|H|, k²)``, group local ``(|H|, k², |H|)``.
 
@@ -446,60 +455,71 @@ class OrbitalTableEncoding(GroupPositionalEncoding, IndexedTable):
     ----------
     point_group
         ``H``.
-    num_heads, vector_channels, additive
-        As for :class:`GroupPositionalEncoding`.
+    num_heads, vector_dim, additive
+        As for [`GroupPositionalEncoding`][groupattn.positional.GroupPositionalEncoding].
     lifting
         Lifting (pixels as keys) or group layer.
     neighbourhood
-        Window side, or ``None`` for global attention (then ``size`` is required).
-    size
-        Grid side ``(height, width)`` (or one int for a square grid) for global layers.
+        Window side, or ``None`` for global attention (then ``grid`` is required).
+    grid
+        Grid ``(height, width)`` (or one int for a square grid) for global layers.
     init_std
         Standard deviation of the initial table.
+
+    Notes
+    -----
+    Deprecated aliases (one release): ``size`` → ``grid``, ``vector_channels`` →
+    ``vector_dim`` (arguments and attributes).
 
     Raises
     ------
     GroupError
-        For a point group that does not act exactly on the grid, a global table
-        without ``size`` or with a grid the point group cannot act on (non-square under
-        quarter turns, a side below 1), or an even neighbourhood.
+        For a point group that does not act exactly on the grid.
+    ConfigurationError
+        For a global table without ``grid`` or with a side below 1, or an even
+        neighbourhood.
+    ShapeError
+        For a grid the point group cannot act on (non-square under quarter turns).
 
     Examples
     --------
     >>> from groupattn.groups import CyclicGroup
-    >>> encoding = OrbitalTableEncoding(CyclicGroup(4), num_heads=2, lifting=False, size=3)
+    >>> encoding = OrbitalTableEncoding(CyclicGroup(4), num_heads=2, lifting=False, grid=3)
     >>> encoding.table.shape, encoding.orbital_index.shape, encoding.num_labels
     (torch.Size([36, 2]), torch.Size([4, 9, 4, 9]), 36)
     """
 
+    size = DeprecatedAttribute("grid")
+
+    @renamed_arguments(size="grid", vector_channels="vector_dim")
     def __init__(
         self,
         point_group: PointGroup,
         num_heads: int,
         lifting: bool,
         neighbourhood: int | None = None,
-        size: int | tuple[int, int] | None = None,
-        vector_channels: int = 0,
+        grid: int | tuple[int, int] | None = None,
+        vector_dim: int = 0,
         additive: bool = True,
         init_std: float = 1.0,
     ) -> None:
-        super().__init__(num_heads, vector_channels, additive)
+        super().__init__(num_heads, vector_dim, additive)
         name = "OrbitalTableEncoding"
         if not point_group.acts_exactly_on_grid:
             raise GroupError(
                 f"{name}: expected a point group acting exactly on the grid (C1, C2, C4, D1, D2, D4), "
                 f"got {point_group.name}; use ContinuousGroupEncoding for finer rotations"
             )
-        if neighbourhood is None and size is None:
-            raise GroupError(f"{name}: expected the grid size for a global table, got size=None")
+        if neighbourhood is None and grid is None:
+            raise ConfigurationError(f"{name}: expected the grid size for a global table, got grid=None")
         self.point_group = point_group
         self.lifting = lifting
         self.neighbourhood = neighbourhood
-        self.size: tuple[int, int] | None = None
+        self.grid: tuple[int, int] | None = None
         if neighbourhood is not None:
             height = width = neighbourhood  # local orbitals depend on the window only
         else:
-            self.size = height, width = _grid_size(size, name)
+            self.grid = height, width = _grid_size(grid, name)
         check_grid(point_group, height, width, neighbourhood, name)
         geometry = relative_geometry(point_group, height, width, neighbourhood, lifting)  # the fast closed form
         self._set_labels(geometry.index, geometry.num_entries)
@@ -507,12 +527,12 @@ class OrbitalTableEncoding(GroupPositionalEncoding, IndexedTable):
 
     @property
     def orbital_index(self) -> torch.Tensor:
-        """Long tensor of the orbital of every (output, key) pair (see :attr:`RelativeGeometry.index`)."""
+        """Long tensor of the orbital of every (output, key) pair (see [`RelativeGeometry.index`][groupattn.positional.RelativeGeometry])."""
         return self.pair_index
 
     def _describe_geometry(self, geometry: RelativeGeometry | None = None) -> str:
         if geometry is None:
-            grid = f"{self.size[0]}x{self.size[1]}" if self.size else f"window {self.neighbourhood}"
+            grid = f"{self.grid[0]}x{self.grid[1]}" if self.grid else f"window {self.neighbourhood}"
             kind, group, count = self.lifting, self.point_group.name, self.num_labels
         else:
             window = geometry.neighbourhood
@@ -521,17 +541,17 @@ class OrbitalTableEncoding(GroupPositionalEncoding, IndexedTable):
         return f"{grid} geometry ({'lifting' if kind else 'group'} layer, {group}) with {count} orbitals"
 
     def _check_geometry(self, geometry: RelativeGeometry) -> None:
-        """Raise :class:`GroupError` unless ``geometry`` is the one the table was built for."""
+        """Raise [`ShapeError`][groupattn.ShapeError] unless ``geometry`` is the one the table was built for."""
         same = (
             geometry.point_group == self.point_group
             and geometry.lifting == self.lifting
             and geometry.neighbourhood == self.neighbourhood
-            and (self.size is None or (geometry.height, geometry.width) == self.size)
+            and (self.grid is None or (geometry.height, geometry.width) == self.grid)
             and geometry.num_entries == self.num_labels
             and geometry.index.shape == self.pair_index.shape
         )
         if not same:
-            raise GroupError(
+            raise ShapeError(
                 f"OrbitalTableEncoding: expected a {self._describe_geometry()}, "
                 f"got a {self._describe_geometry(geometry)}"
             )
@@ -541,16 +561,16 @@ class OrbitalTableEncoding(GroupPositionalEncoding, IndexedTable):
 
         Raises
         ------
-        GroupError
+        ShapeError
             For a geometry of another point group, kind, window or grid.
         """
         self._check_geometry(geometry)
         return self.table
 
     def _gather_entries(self, table: torch.Tensor, geometry: RelativeGeometry) -> torch.Tensor:
-        """The shared gather (:meth:`~groupattn.positional.IndexedTable.gather`) by the table's
-        own orbital index: ``geometry.index`` for every geometry of :func:`relative_geometry`
-        that :meth:`entry_values` accepts (same point group, kind, window or grid)."""
+        """The shared gather ([`gather`][groupattn.positional.IndexedTable.gather]) by the table's
+        own orbital index: ``geometry.index`` for every geometry of [`relative_geometry`][groupattn.positional.relative_geometry]
+        that [`entry_values`][groupattn.positional.OrbitalTableEncoding.entry_values] accepts (same point group, kind, window or grid)."""
         return self.gather(table)
 
 
@@ -567,8 +587,8 @@ class ContinuousGroupEncoding(GroupPositionalEncoding):
     ----------
     point_group
         ``H``.
-    num_heads, vector_channels, additive
-        As for :class:`GroupPositionalEncoding`.
+    num_heads, vector_dim, additive
+        As for [`GroupPositionalEncoding`][groupattn.positional.GroupPositionalEncoding].
     hidden
         Width of the MLP's hidden layer.
     lifting
@@ -580,17 +600,18 @@ class ContinuousGroupEncoding(GroupPositionalEncoding):
         term is what lets a head see orientation.
     """
 
+    @renamed_arguments(vector_channels="vector_dim")
     def __init__(
         self,
         point_group: PointGroup,
         num_heads: int,
-        vector_channels: int = 0,
+        vector_dim: int = 0,
         additive: bool = True,
         hidden: int = 16,
         lifting: bool = False,
         init_std: float = 1.0,
     ) -> None:
-        super().__init__(num_heads, vector_channels, additive)
+        super().__init__(num_heads, vector_dim, additive)
         self.point_group = point_group
         self.lifting = lifting
         first, last = nn.Linear(2, hidden), nn.Linear(hidden, self.out_features)  # in this order (seeded inits)
@@ -606,7 +627,7 @@ class ContinuousGroupEncoding(GroupPositionalEncoding):
         spatial = self.mlp(coords)  # (S, F)
         if geometry.lifting != self.lifting:
             kind = "lifting" if self.lifting else "group"
-            raise GroupError(f"ContinuousGroupEncoding: expected a {kind} geometry, got the other kind")
+            raise ShapeError(f"ContinuousGroupEncoding: expected a {kind} geometry, got the other kind")
         if self.group_embedding is None:
             return spatial
         table = spatial[:, None, :] + self.group_embedding[None, :, :]  # (S, |H|, F)
@@ -653,7 +674,7 @@ def _tile_side(side: int, limit: int) -> int:
 
 @lru_cache(maxsize=64)
 def window_tiling(height: int, width: int, neighbourhood: int, circular: bool, max_tile: int = 8) -> WindowTiling:
-    """The cached :class:`WindowTiling` of a grid (tile sides: largest divisors ≤ ``max_tile``)."""
+    """The cached [`WindowTiling`][groupattn.positional.WindowTiling] of a grid (tile sides: largest divisors ≤ ``max_tile``)."""
     k = neighbourhood
     r = k // 2
     ty, tx = _tile_side(height, max_tile), _tile_side(width, max_tile)

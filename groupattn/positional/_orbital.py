@@ -1,26 +1,26 @@
 """Encodings indexed by orbital: pairwise attention biases, orbitals and baselines.
 
-Every pairwise bias here is one code path, :class:`IndexedTable`: a table of values of
+Every pairwise bias here is one code path, [`IndexedTable`][groupattn.positional.IndexedTable]: a table of values of
 shape ``(heads, K)`` and a long label per token pair, owned by the module; the bias is
 ``table[:, label]`` of shape ``(heads, N, N)``. The labels decide the symmetry:
 
-* :class:`OrbitalBias` — labels are the *orbitals* of a group ``G`` acting on the
-  tokens (a :class:`~groupattn.actions.GSet`): the bias is ``G``-invariant by
+* [`OrbitalBias`][groupattn.positional.OrbitalBias] — labels are the *orbitals* of a group ``G`` acting on the
+  tokens (a [`GSet`][groupattn.actions.GSet]): the bias is ``G``-invariant by
   construction, so attention with it is ``G``-equivariant.
-* :class:`ContinuousOrbitalBias` — the table is an MLP of a pair invariant (e.g.
+* [`ContinuousOrbitalBias`][groupattn.positional.ContinuousOrbitalBias] — the table is an MLP of a pair invariant (e.g.
   graph shortest-path distance), evaluated once per orbital.
-* :class:`PairwiseBias` — one label per pair (a free bias): the non-invariant
+* [`PairwiseBias`][groupattn.positional.PairwiseBias] — one label per pair (a free bias): the non-invariant
   baseline; its contract *breaks* for every group that moves a token.
-* :class:`~groupattn.positional.CirculantRelativeBias` — the orbitals of the torus
-  translations; :class:`~groupattn.positional.ClippedRelativeBias` — Swin's clipped
+* [`CirculantRelativeBias`][groupattn.positional.CirculantRelativeBias] — the orbitals of the torus
+  translations; [`ClippedRelativeBias`][groupattn.positional.ClippedRelativeBias] — Swin's clipped
   offsets (not constant on orbitals).
-* :class:`~groupattn.positional.OrbitalTableEncoding` — the roto-translation case
+* [`OrbitalTableEncoding`][groupattn.positional.OrbitalTableEncoding] — the roto-translation case
   (p4, p4m, …): the orbitals of ``T ⋊ H`` on the (output, key) pairs of lifting and
   group attention, enumerated by a closed form.
 
 The contract of a label-indexed bias can be decided exactly: with a generic table it is
 invariant under ``G`` if and only if every generator ``p`` of the token permutation
-preserves the labels, ``label[p(i), p(j)] = label[i, j]``. :func:`labels_contract` checks
+preserves the labels, ``label[p(i), p(j)] = label[i, j]``. [`labels_contract`][groupattn.positional.labels_contract] checks
 this on the generators.
 
 The label index is the module's own copy, a plain tensor attribute (not a parameter,
@@ -36,6 +36,8 @@ from typing import Any, ClassVar, cast
 import torch
 from torch import nn
 
+from .._deprecation import DeprecatedAttribute, renamed_arguments
+from .._errors import ConfigurationError, ShapeError
 from ..actions import FieldType, GSet, GSetField, TokenField
 from ..contracts import Contract
 from ..groups import Group, GroupError
@@ -78,8 +80,8 @@ def token_permutation(field_type: FieldType, group: Group, g: Any, num_tokens: i
 
     Read off by acting on a float64 probe ``(1, N, 1)`` holding the token indices, so
     it agrees with ``field_type.act`` by construction. Works for every token layout
-    whose action moves whole tokens (:class:`~groupattn.actions.TokenField`,
-    :class:`~groupattn.actions.GSetField`, :class:`~groupattn.actions.SetField`); the
+    whose action moves whole tokens ([`TokenField`][groupattn.actions.TokenField],
+    [`GSetField`][groupattn.actions.GSetField], [`SetField`][groupattn.actions.SetField]); the
     channels are ignored.
 
     Parameters
@@ -171,7 +173,7 @@ def labels_contract(
     try:
         generators = group.generators()
         perms = [token_permutation(field_type, group, g, n) for g in generators]
-    except GroupError as error:
+    except (GroupError, ShapeError) as error:  # ShapeError: its own class from the next release on
         return Contract.unknown(f"{module}: promises nothing for {group.name} ({error})", field_type)
     labels = labels.cpu()
     for g, p in zip(generators, perms):
@@ -200,26 +202,26 @@ def _describe(value: object) -> str:
 class IndexedTable(nn.Module):
     """Base class of every encoding indexed by orbital: an index it owns, and the gather by it.
 
-    The one "index by orbital" code path of :mod:`groupattn.positional`. A subclass sets
-    its labels once with :meth:`_set_labels` — a long tensor of any shape ``S`` with
+    The one "index by orbital" code path of [`groupattn.positional`][groupattn.positional]. A subclass sets
+    its labels once with ``_set_labels`` — a long tensor of any shape ``S`` with
     values in ``[0, K)`` — and reads a ``(heads, K)`` table of values through
-    :meth:`gather`: ``out[h, s] = values[h, labels[s]]`` of shape ``(heads, *S)``
-    (:func:`gather_pair_table`, a pure gather, exact in every dtype). Where the labels
+    [`gather`][groupattn.positional.IndexedTable.gather]: ``out[h, s] = values[h, labels[s]]`` of shape ``(heads, *S)``
+    ([`gather_pair_table`][groupattn.positional.gather_pair_table], a pure gather, exact in every dtype). Where the labels
     are orbitals, the result is constant on orbitals by construction.
 
-    Specialisations: :class:`PairTableBias` (labels ``(N, N)``, one per token pair:
-    :class:`OrbitalBias`, :class:`ContinuousOrbitalBias`,
-    :class:`~groupattn.positional.CirculantRelativeBias` and the baselines
-    :class:`PairwiseBias`, :class:`~groupattn.positional.ClippedRelativeBias`) and
-    :class:`~groupattn.positional.OrbitalTableEncoding` (labels ``(|H|, N, |H|, N)``
+    Specialisations: [`PairTableBias`][groupattn.positional.PairTableBias] (labels ``(N, N)``, one per token pair:
+    [`OrbitalBias`][groupattn.positional.OrbitalBias], [`ContinuousOrbitalBias`][groupattn.positional.ContinuousOrbitalBias],
+    [`CirculantRelativeBias`][groupattn.positional.CirculantRelativeBias] and the baselines
+    [`PairwiseBias`][groupattn.positional.PairwiseBias], [`ClippedRelativeBias`][groupattn.positional.ClippedRelativeBias]) and
+    [`OrbitalTableEncoding`][groupattn.positional.OrbitalTableEncoding] (labels ``(|H|, N, |H|, N)``
     and the like: the orbitals of ``T ⋊ H`` on (output, key) pairs of lifting and group
-    attention, from the closed form of :func:`~groupattn.positional.relative_geometry`).
+    attention, from the closed form of [`relative_geometry`][groupattn.positional.relative_geometry]).
 
-    The labels, :attr:`pair_index`:
+    The labels, ``pair_index``:
 
-    * belong to the module: :meth:`_set_labels` copies them, so editing one module's
+    * belong to the module: ``_set_labels`` copies them, so editing one module's
       index in place reaches neither another module nor the cache it was read from
-      (``GSet.orbitals()``, :func:`~groupattn.positional.relative_geometry`);
+      (``GSet.orbitals()``, [`relative_geometry`][groupattn.positional.relative_geometry]);
     * are a plain tensor attribute — not a parameter, not a registered buffer: they never
       enter the ``state_dict`` (checkpoints hold weights only, and stay loadable when the
       enumeration of the labels changes), ``.to()``/``.cuda()`` move them with the
@@ -227,7 +229,7 @@ class IndexedTable(nn.Module):
       without a graph break.
 
     Other plain tensor attributes a subclass names in ``_plain_tensors`` follow the
-    parameters' device the same way (e.g. :class:`ContinuousOrbitalBias`'s features).
+    parameters' device the same way (e.g. [`ContinuousOrbitalBias`][groupattn.positional.ContinuousOrbitalBias]'s features).
     """
 
     pair_index: torch.Tensor
@@ -235,7 +237,7 @@ class IndexedTable(nn.Module):
     _num_labels: int
 
     def _set_labels(self, labels: torch.Tensor, num_labels: int | None = None) -> None:
-        """Own a long, contiguous copy of ``labels`` as :attr:`pair_index`.
+        """Own a long, contiguous copy of ``labels`` as ``pair_index``.
 
         Parameters
         ----------
@@ -247,19 +249,19 @@ class IndexedTable(nn.Module):
 
         Raises
         ------
-        GroupError
+        ConfigurationError
             For labels that are not integers, or a label outside ``[0, K)``.
         """
         name = type(self).__name__
         if not isinstance(labels, torch.Tensor) or labels.is_floating_point() or labels.is_complex() or (
             labels.dtype == torch.bool
         ):
-            raise GroupError(f"{name}: expected an integer label tensor, got {_describe(labels)}")
+            raise ConfigurationError(f"{name}: expected an integer label tensor, got {_describe(labels)}")
         owned = labels.detach().long().clone(memory_format=torch.contiguous_format)
         low, high = (int(owned.min()), int(owned.max())) if owned.numel() else (0, -1)
         k = high + 1 if num_labels is None else num_labels
         if low < 0 or high >= k:
-            raise GroupError(f"{name}: expected labels in [0, {k}), got labels from {low} to {high}")
+            raise ConfigurationError(f"{name}: expected labels in [0, {k}), got labels from {low} to {high}")
         # a plain attribute: no parameter, no registered buffer (see the class docstring)
         self.__dict__["pair_index"] = owned
         self._num_labels = k
@@ -309,30 +311,33 @@ class IndexedTable(nn.Module):
 class PairTableBias(IndexedTable):
     """Base class: a bias ``(heads, prefix + N, prefix + N)`` read from a table by a label per pair.
 
-    The token-pair case of :class:`IndexedTable`: subclasses set ``(N, N)`` labels with
-    :meth:`~IndexedTable._set_labels` and implement :meth:`values` (the ``(heads, K)``
-    table); :meth:`forward` gathers (:meth:`~IndexedTable.gather`) and pads ``prefix``
+    The token-pair case of [`IndexedTable`][groupattn.positional.IndexedTable]: subclasses set ``(N, N)`` labels with
+    ``_set_labels`` and implement [`values`][groupattn.positional.PairTableBias.values] (the ``(heads, K)``
+    table); [`forward`][groupattn.positional.PairTableBias.forward] gathers ([`gather`][groupattn.positional.IndexedTable.gather]) and pads ``prefix``
     leading tokens with bias 0. The labels are the module's own plain tensor attribute
     ``pair_index``, moved by ``.to()``/``.cuda()`` with the module.
 
-    Contract: see :func:`labels_contract` (decided from the labels).
+    Contract: see [`labels_contract`][groupattn.positional.labels_contract] (decided from the labels).
 
     Parameters
     ----------
-    heads
+    num_heads
         Number of attention heads.
     prefix
         Leading tokens outside the pair table (e.g. a class token); their rows and
         columns get bias 0.
     """
 
-    def __init__(self, heads: int, prefix: int = 0) -> None:
+    heads = DeprecatedAttribute("num_heads")
+
+    @renamed_arguments(heads="num_heads")
+    def __init__(self, num_heads: int, prefix: int = 0) -> None:
         super().__init__()
-        if heads < 1:
-            raise GroupError(f"{type(self).__name__}: expected heads >= 1, got {heads}")
+        if num_heads < 1:
+            raise ConfigurationError(f"{type(self).__name__}: expected num_heads >= 1, got {num_heads}")
         if prefix < 0:
-            raise GroupError(f"{type(self).__name__}: expected prefix >= 0, got {prefix}")
-        self.heads, self.prefix = heads, prefix
+            raise ConfigurationError(f"{type(self).__name__}: expected prefix >= 0, got {prefix}")
+        self.num_heads, self.prefix = num_heads, prefix
 
     def values(self) -> torch.Tensor:
         """``(heads, K)``: one value per label and head."""
@@ -363,22 +368,22 @@ class _OrbitalLabels(PairTableBias):
 
 
 class _GSetOrbitals(_OrbitalLabels):
-    """A pair table over the orbitals of a G-set: what :class:`OrbitalBias` and
-    :class:`ContinuousOrbitalBias` share (the G-set check, the labels, the contract).
+    """A pair table over the orbitals of a G-set: what [`OrbitalBias`][groupattn.positional.OrbitalBias] and
+    [`ContinuousOrbitalBias`][groupattn.positional.ContinuousOrbitalBias] share (the G-set check, the labels, the contract).
 
     Sets ``field = GSetField(gset)`` and the labels ``gset.orbitals()`` (copied: the
     G-set's cache stays the G-set's).
 
     Raises
     ------
-    GroupError
-        If ``gset`` is not a :class:`~groupattn.actions.GSet`.
+    ConfigurationError
+        If ``gset`` is not a [`GSet`][groupattn.actions.GSet].
     """
 
-    def __init__(self, gset: GSet, heads: int) -> None:
-        super().__init__(heads)
+    def __init__(self, gset: GSet, num_heads: int) -> None:
+        super().__init__(num_heads)
         if not isinstance(gset, GSet):
-            raise GroupError(f"{type(self).__name__}: expected a GSet, got {_describe(gset)}")
+            raise ConfigurationError(f"{type(self).__name__}: expected a GSet, got {_describe(gset)}")
         self.field = GSetField(gset)
         self._set_labels(gset.orbitals())
 
@@ -398,7 +403,7 @@ class _GSetOrbitals(_OrbitalLabels):
         )
 
     def extra_repr(self) -> str:
-        return f"gset={self.gset.name}, heads={self.heads}, orbitals={self.num_labels}"
+        return f"gset={self.gset.name}, num_heads={self.num_heads}, orbitals={self.num_labels}"
 
 
 class OrbitalBias(_GSetOrbitals):
@@ -414,7 +419,7 @@ class OrbitalBias(_GSetOrbitals):
 
     Contract: *invariant* under ``gset.group`` (input type
     ``GSetField(gset)``); under another group acting on the tokens through a given
-    input type, decided exactly by :func:`labels_contract`.
+    input type, decided exactly by [`labels_contract`][groupattn.positional.labels_contract].
 
     Shapes: ``() → (heads, N, N)``.
 
@@ -422,28 +427,29 @@ class OrbitalBias(_GSetOrbitals):
     ----------
     gset
         The tokens and the group acting on them.
-    heads
+    num_heads
         Number of attention heads.
     init_std
         Standard deviation of the normal initialisation of the table.
 
     Raises
     ------
-    GroupError
-        If ``gset`` is not a :class:`~groupattn.actions.GSet` or ``heads < 1``.
+    ConfigurationError
+        If ``gset`` is not a [`GSet`][groupattn.actions.GSet] or ``num_heads < 1``.
 
     Examples
     --------
     >>> from groupattn.actions import GSet
     >>> from groupattn.groups import SymmetricGroup
-    >>> bias = OrbitalBias(GSet.natural(SymmetricGroup(5)), heads=2)
+    >>> bias = OrbitalBias(GSet.natural(SymmetricGroup(5)), num_heads=2)
     >>> bias().shape, bias.table.shape
     (torch.Size([2, 5, 5]), torch.Size([2, 2]))
     """
 
-    def __init__(self, gset: GSet, heads: int, init_std: float = 0.02) -> None:
-        super().__init__(gset, heads)
-        self.table = nn.Parameter(torch.randn(heads, self.num_labels) * init_std)
+    @renamed_arguments(heads="num_heads")
+    def __init__(self, gset: GSet, num_heads: int, init_std: float = 0.02) -> None:
+        super().__init__(gset, num_heads)
+        self.table = nn.Parameter(torch.randn(num_heads, self.num_labels) * init_std)
 
     def values(self) -> torch.Tensor:
         """The learned table ``(heads, K)``, ``K`` = number of orbitals."""
@@ -459,11 +465,11 @@ class ContinuousOrbitalBias(_GSetOrbitals):
     (checked at construction); the MLP then runs on one representative per orbital
     and the result is gathered by orbital label, so the bias is *exactly* invariant —
     even when ``f`` is computed with rounding — and costs ``K`` MLP evaluations, not
-    ``N²``. Unlike :class:`OrbitalBias` it shares parameters across orbitals and can
+    ``N²``. Unlike [`OrbitalBias`][groupattn.positional.OrbitalBias] it shares parameters across orbitals and can
     extrapolate (e.g. to distances it never saw).
 
     Contract: *invariant* under ``gset.group`` (input type ``GSetField(gset)``);
-    otherwise decided from the orbitals (:func:`labels_contract`).
+    otherwise decided from the orbitals ([`labels_contract`][groupattn.positional.labels_contract]).
 
     Shapes: ``() → (heads, N, N)``.
 
@@ -471,7 +477,7 @@ class ContinuousOrbitalBias(_GSetOrbitals):
     ----------
     gset
         The tokens and the group acting on them.
-    heads
+    num_heads
         Number of attention heads.
     invariant_fn
         Either a tensor of shape ``(N, N)`` or ``(N, N, F)`` holding the invariant of
@@ -489,25 +495,28 @@ class ContinuousOrbitalBias(_GSetOrbitals):
 
     Raises
     ------
+    ConfigurationError
+        If ``gset`` is not a [`GSet`][groupattn.actions.GSet], or ``f`` has the wrong
+        shape or is not finite.
     GroupError
-        If ``gset`` is not a :class:`~groupattn.actions.GSet`, or ``f`` has the wrong
-        shape, is not finite, or is not constant on an orbital (naming the orbital, two
-        of its pairs and their values).
+        If ``f`` is not constant on an orbital (naming the orbital, two of its pairs and
+        their values).
     """
 
     features: torch.Tensor
     _plain_tensors: ClassVar[tuple[str, ...]] = ("pair_index", "features")
 
+    @renamed_arguments(heads="num_heads")
     def __init__(
         self,
         gset: GSet,
-        heads: int,
+        num_heads: int,
         invariant_fn: torch.Tensor | Callable[[torch.Tensor, torch.Tensor], Any],
         hidden: int = 16,
         tolerance: float = 1e-9,
         init_std: float = 0.02,
     ) -> None:
-        super().__init__(gset, heads)
+        super().__init__(gset, num_heads)
         name = "ContinuousOrbitalBias"
         n = gset.num_points
         if callable(invariant_fn) and not isinstance(invariant_fn, torch.Tensor):
@@ -519,10 +528,10 @@ class ContinuousOrbitalBias(_GSetOrbitals):
         if values.dim() == 2:
             values = values.unsqueeze(-1)
         if values.dim() != 3 or values.shape[:2] != (n, n):
-            raise GroupError(f"{name}: expected pair invariants of shape (N, N) or (N, N, F) with N={n}, "
+            raise ConfigurationError(f"{name}: expected pair invariants of shape (N, N) or (N, N, F) with N={n}, "
                              f"got {tuple(torch.as_tensor(raw).shape)}")
         if not bool(torch.isfinite(values).all()):
-            raise GroupError(f"{name}: expected finite pair invariants, got inf or nan")
+            raise ConfigurationError(f"{name}: expected finite pair invariants, got inf or nan")
         k = self.num_labels
         flat, labels = values.reshape(n * n, -1), self.pair_index.reshape(-1)
         f = flat.shape[1]
@@ -551,7 +560,7 @@ class ContinuousOrbitalBias(_GSetOrbitals):
         norm = torch.where(norm > 0, norm, torch.ones_like(norm))
         self.__dict__["features"] = (flat[first] / norm).contiguous()  # (K, F), one per orbital
         self.num_features = f
-        inner, last = nn.Linear(f, hidden), nn.Linear(hidden, heads)  # in this order (seeded inits)
+        inner, last = nn.Linear(f, hidden), nn.Linear(hidden, num_heads)  # in this order (seeded inits)
         self.mlp = nn.Sequential(inner, nn.GELU(), last)
         nn.init.normal_(last.weight, std=init_std / hidden**0.5)
         nn.init.zeros_(last.bias)
@@ -583,7 +592,7 @@ class PairwiseBias(PairTableBias):
     ----------
     num_points
         ``N``.
-    heads
+    num_heads
         Number of attention heads.
     init_std
         Standard deviation of the normal initialisation of the table.
@@ -592,16 +601,19 @@ class PairwiseBias(PairTableBias):
         (``SetField(num_points)`` by default).
     """
 
-    def __init__(self, num_points: int, heads: int, init_std: float = 0.02, field_type: FieldType | None = None) -> None:
-        super().__init__(heads)
+    @renamed_arguments(heads="num_heads")
+    def __init__(
+        self, num_points: int, num_heads: int, init_std: float = 0.02, field_type: FieldType | None = None
+    ) -> None:
+        super().__init__(num_heads)
         from ..actions import SetField
 
         if num_points < 1:
-            raise GroupError(f"PairwiseBias: expected num_points >= 1, got {num_points}")
+            raise ConfigurationError(f"PairwiseBias: expected num_points >= 1, got {num_points}")
         self.num_points = num_points
         self.field = field_type or SetField(num_points)
         self._set_labels(torch.arange(num_points * num_points).reshape(num_points, num_points))
-        self.table = nn.Parameter(torch.randn(heads, num_points * num_points) * init_std)
+        self.table = nn.Parameter(torch.randn(num_heads, num_points * num_points) * init_std)
 
     def values(self) -> torch.Tensor:
         """The learned table ``(heads, N²)``."""
@@ -616,4 +628,4 @@ class PairwiseBias(PairTableBias):
         )
 
     def extra_repr(self) -> str:
-        return f"num_points={self.num_points}, heads={self.heads}"
+        return f"num_points={self.num_points}, num_heads={self.num_heads}"

@@ -1,23 +1,26 @@
 """Translation positional information on a torus of tokens: invariant encodings and baselines.
 
 Invariant (constant on the orbitals of the translations ``Z_h × Z_w``):
-:class:`CirculantRelativeBias` (bias depends on ``(j − i) mod (h, w)`` only) and
-:class:`ConvPositionalEncoding` with circular padding. Baselines that break translation
-equivariance, each with a ``breaks`` contract: :class:`ClippedRelativeBias` (Swin's
-non-circular relative bias), :class:`AbsolutePositionalEncoding` and
-:class:`ConvPositionalEncoding` with zero padding.
+[`CirculantRelativeBias`][groupattn.positional.CirculantRelativeBias] (bias depends on ``(j − i) mod (h, w)`` only) and
+[`ConvPositionalEncoding`][groupattn.positional.ConvPositionalEncoding] with circular padding. Baselines that break translation
+equivariance, each with a ``breaks`` contract: [`ClippedRelativeBias`][groupattn.positional.ClippedRelativeBias] (Swin's
+non-circular relative bias), [`AbsolutePositionalEncoding`][groupattn.positional.AbsolutePositionalEncoding] and
+[`ConvPositionalEncoding`][groupattn.positional.ConvPositionalEncoding] with zero padding.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
+from .._deprecation import renamed_arguments
+from .._errors import ConfigurationError
 from ..actions import GSet, TokenField, check_grid, torus_stride
 from ..contracts import Contract, EquivariantModule
-from ..groups import Group, GroupError, TorusTranslations
+from ..groups import Group, TorusTranslations
 from ._orbital import PairTableBias, _OrbitalLabels
 
 __all__ = [
@@ -37,7 +40,7 @@ def translation_contract(
     For layers that are built to commute with circular shifts of their token grid
     (attention with a circulant bias, a circular convolution, …): *equivariant* under
     translations of the grid (``TorusTranslations`` of any stride that tiles it, see
-    :func:`~groupattn.actions.torus_stride`), or *breaks* with ``reason`` when the
+    [`torus_stride`][groupattn.actions.torus_stride]), or *breaks* with ``reason`` when the
     layer is a non-equivariant baseline; *unknown* for any other group.
 
     Parameters
@@ -70,15 +73,25 @@ def translation_contract(
     return Contract.equivariant(field, field)
 
 
+@functools.lru_cache(maxsize=32)
+def _torus_orbitals(h: int, w: int) -> torch.Tensor:
+    """The orbital labels ``(h·w, h·w)`` of the translations of an ``h × w`` torus (cached per grid).
+
+    Every block of a model has the same grid: computing them once keeps building a deep
+    model (and sizing it on the ``meta`` device) fast. Callers must not edit the result.
+    """
+    return GSet.grid(TorusTranslations(h, w), h, w).orbitals()
+
+
 class CirculantRelativeBias(_OrbitalLabels):
     """A learned attention bias that depends only on ``(j − i) mod (h, w)``.
 
     The bias table has one entry per head and per orbital of the translations
     ``TorusTranslations(h, w)`` on token pairs (``h·w`` orbitals, one per circular
     offset), read from ``GSet.grid(TorusTranslations(h, w), h, w).orbitals()``. It is
-    the torus case of :class:`~groupattn.positional.OrbitalBias` and shares its code
-    path (:class:`~groupattn.positional.IndexedTable` through
-    :class:`~groupattn.positional.PairTableBias`): the ``(N, N)`` orbital labels are the
+    the torus case of [`OrbitalBias`][groupattn.positional.OrbitalBias] and shares its code
+    path ([`IndexedTable`][groupattn.positional.IndexedTable] through
+    [`PairTableBias`][groupattn.positional.PairTableBias]): the ``(N, N)`` orbital labels are the
     module's own plain tensor attribute, built once (not a parameter, not a buffer),
     gathered from the table on every call.
 
@@ -91,7 +104,7 @@ class CirculantRelativeBias(_OrbitalLabels):
     ----------
     grid
         Token grid ``(h, w)``.
-    heads
+    num_heads
         Number of attention heads.
     prefix
         Leading non-grid tokens (e.g. a class token); their rows and columns get bias 0.
@@ -99,12 +112,13 @@ class CirculantRelativeBias(_OrbitalLabels):
         Standard deviation of the normal initialisation of the table.
     """
 
-    def __init__(self, grid: tuple[int, int], heads: int, prefix: int = 0, init_std: float = 0.02) -> None:
-        super().__init__(heads, prefix)
+    @renamed_arguments(heads="num_heads")
+    def __init__(self, grid: tuple[int, int], num_heads: int, prefix: int = 0, init_std: float = 0.02) -> None:
+        super().__init__(num_heads, prefix)
         self.grid = check_grid(grid, "CirculantRelativeBias")
         h, w = self.grid
-        self._set_labels(GSet.grid(TorusTranslations(h, w), h, w).orbitals())
-        self.table = nn.Parameter(torch.randn(heads, self.num_labels) * init_std)
+        self._set_labels(_torus_orbitals(h, w).clone())
+        self.table = nn.Parameter(torch.randn(num_heads, self.num_labels) * init_std)
 
     def values(self) -> torch.Tensor:
         """The learned table ``(heads, h·w)``."""
@@ -120,7 +134,7 @@ class CirculantRelativeBias(_OrbitalLabels):
         return Contract.invariant(field)
 
     def extra_repr(self) -> str:
-        return f"grid={self.grid}, heads={self.heads}, prefix={self.prefix}"
+        return f"grid={self.grid}, num_heads={self.num_heads}, prefix={self.prefix}"
 
 
 class ClippedRelativeBias(PairTableBias):
@@ -129,7 +143,7 @@ class ClippedRelativeBias(PairTableBias):
     ``bias[i, j] = table[y_j − y_i + h − 1, x_j − x_i + w − 1]`` with a
     ``(2h − 1) × (2w − 1)`` table per head. Offsets are *not* reduced modulo the grid,
     so the bias is not constant on the translation orbitals. Same code path as the
-    orbital biases (:class:`~groupattn.positional.PairTableBias`) with clipped-offset
+    orbital biases ([`PairTableBias`][groupattn.positional.PairTableBias]) with clipped-offset
     labels instead of orbitals.
 
     Contract: *breaks* under ``TorusTranslations(h, w)`` (a baseline). Inside a window
@@ -142,7 +156,7 @@ class ClippedRelativeBias(PairTableBias):
     ----------
     grid
         Token grid ``(h, w)`` (the window for window attention).
-    heads
+    num_heads
         Number of attention heads.
     prefix
         Leading non-grid tokens; their rows and columns get bias 0.
@@ -150,15 +164,16 @@ class ClippedRelativeBias(PairTableBias):
         Standard deviation of the normal initialisation of the table.
     """
 
-    def __init__(self, grid: tuple[int, int], heads: int, prefix: int = 0, init_std: float = 0.02) -> None:
-        super().__init__(heads, prefix)
+    @renamed_arguments(heads="num_heads")
+    def __init__(self, grid: tuple[int, int], num_heads: int, prefix: int = 0, init_std: float = 0.02) -> None:
+        super().__init__(num_heads, prefix)
         self.grid = check_grid(grid, "ClippedRelativeBias")
         h, w = self.grid
         ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
         ys, xs = ys.reshape(-1), xs.reshape(-1)
         index = (ys[None, :] - ys[:, None] + h - 1) * (2 * w - 1) + (xs[None, :] - xs[:, None] + w - 1)
         self._set_labels(index)
-        self.table = nn.Parameter(torch.randn(heads, (2 * h - 1) * (2 * w - 1)) * init_std)
+        self.table = nn.Parameter(torch.randn(num_heads, (2 * h - 1) * (2 * w - 1)) * init_std)
 
     @property
     def offset_index(self) -> torch.Tensor:
@@ -178,13 +193,13 @@ class ClippedRelativeBias(PairTableBias):
         )
 
     def extra_repr(self) -> str:
-        return f"grid={self.grid}, heads={self.heads}, prefix={self.prefix}"
+        return f"grid={self.grid}, num_heads={self.num_heads}, prefix={self.prefix}"
 
 
 class AbsolutePositionalEncoding(EquivariantModule):
     """A learned embedding per token position, added to the tokens (ViT's baseline).
 
-    An :class:`~groupattn.contracts.EquivariantModule` from ``TokenField(grid,
+    An [`EquivariantModule`][groupattn.contracts.EquivariantModule] from ``TokenField(grid,
     prefix=prefix)`` to itself: calling it checks the input is
     ``(B, prefix + h·w, dim)``.
 
@@ -204,6 +219,8 @@ class AbsolutePositionalEncoding(EquivariantModule):
     init_std
         Standard deviation of the normal initialisation.
     """
+
+    floating_input = True
 
     def __init__(self, dim: int, grid: tuple[int, int], prefix: int = 0, init_std: float = 0.02) -> None:
         grid = check_grid(grid, "AbsolutePositionalEncoding")
@@ -231,7 +248,7 @@ class AbsolutePositionalEncoding(EquivariantModule):
 class ConvPositionalEncoding(EquivariantModule):
     """Convolutional positional encoding (CPVT/Twins PEG): ``x + depthwise_conv(x)`` on the grid.
 
-    An :class:`~groupattn.contracts.EquivariantModule` from ``TokenField(grid,
+    An [`EquivariantModule`][groupattn.contracts.EquivariantModule] from ``TokenField(grid,
     prefix=prefix)`` to itself: calling it checks the input is
     ``(B, prefix + h·w, dim)``.
 
@@ -256,6 +273,8 @@ class ConvPositionalEncoding(EquivariantModule):
         Leading non-grid tokens.
     """
 
+    floating_input = True
+
     def __init__(
         self,
         dim: int,
@@ -266,9 +285,9 @@ class ConvPositionalEncoding(EquivariantModule):
     ) -> None:
         grid = check_grid(grid, "ConvPositionalEncoding")
         if kernel_size % 2 != 1:
-            raise GroupError(f"ConvPositionalEncoding: expected an odd kernel size, got {kernel_size}")
+            raise ConfigurationError(f"ConvPositionalEncoding: expected an odd kernel size, got {kernel_size}")
         if padding_mode not in ("circular", "zeros"):
-            raise GroupError(
+            raise ConfigurationError(
                 f"ConvPositionalEncoding: expected padding_mode 'circular' or 'zeros', got {padding_mode!r}"
             )
         field = TokenField(grid, prefix=prefix)

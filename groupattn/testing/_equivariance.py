@@ -39,7 +39,7 @@ def _cheap_order(group: Group, limit: int = ENUMERATION_LIMIT) -> int | None:
     Never lists a large group and never asks it for its order (which may mean
     Schreier–Sims, or listing): it uses an enumeration the group already holds, or else
     closes the generators under composition (``_compose`` on raw values, so any
-    :class:`FiniteGroup` subclass works), stopping after ``limit`` elements. Results are
+    [`FiniteGroup`][groupattn.groups.FiniteGroup] subclass works), stopping after ``limit`` elements. Results are
     cached per group object.
     """
     if not group.is_finite:
@@ -81,7 +81,7 @@ def _closure_size(group: Group, limit: int) -> int | None:
 
 
 def _enumerating_sampler(group: Group) -> bool:
-    """Whether ``group.sample`` would list every element first (the :class:`FiniteGroup` default)."""
+    """Whether ``group.sample`` would list every element first (the [`FiniteGroup`][groupattn.groups.FiniteGroup] default)."""
     return type(group).sample is Group.sample and type(group)._sample is FiniteGroup._sample
 
 
@@ -90,7 +90,7 @@ def sample_elements(group: Group, n: int, seed: int = 0) -> list[GroupElement]:
 
     ``group.sample(n, seed=seed)`` when the group samples without listing its elements
     (infinite groups, groups with their own sampler such as Schreier–Sims for
-    permutation groups) or is small (order ≤ :data:`ENUMERATION_LIMIT`); otherwise
+    permutation groups) or is small (order ≤ ``ENUMERATION_LIMIT``); otherwise
     random products of the generators by product replacement (seeded; close to uniform
     after the warm-up, and every element is reachable).
     """
@@ -128,10 +128,10 @@ def representative_elements(
 ) -> list[GroupElement]:
     """Elements worth testing: all of a finite group of order ≤ ``max_all`` (C4, D4, …);
     otherwise the generators followed by ``samples`` seeded samples
-    (:func:`sample_elements`), without repeats.
+    (``sample_elements``), without repeats.
 
     Deciding "order ≤ ``max_all``" costs at most ``max_all`` compositions of generators
-    (see :func:`_cheap_order`): a large group (S_20, the automorphisms of a 100-node
+    (see ``_cheap_order``): a large group (S_20, the automorphisms of a 100-node
     graph) is never enumerated, and its order is never computed.
     """
     order = _cheap_order(group, max(max_all, 1))
@@ -252,7 +252,7 @@ def equivariance_error(
         The acting group.
     elements
         Elements to test; by default all elements of a finite group of order ≤
-        :data:`ENUMERATION_LIMIT`, otherwise 8 seeded samples (:func:`sample_elements`).
+        ``ENUMERATION_LIMIT``, otherwise 8 seeded samples (``sample_elements``).
     input_type, output_type
         Override the contract's types.
     up_to_frame
@@ -319,9 +319,9 @@ def assert_equivariant(
     Parameters
     ----------
     fn, x, group, elements, kwargs
-        As for :func:`equivariance_error`.
+        As for [`equivariance_error`][groupattn.testing.equivariance_error].
     tolerance
-        Relative tolerance; :func:`default_tolerance` of ``x.dtype`` by default.
+        Relative tolerance; [`default_tolerance`][groupattn.testing.default_tolerance] of ``x.dtype`` by default.
     exact
         Require an error of exactly 0.0 (pure permutations of the same arithmetic).
 

@@ -54,10 +54,10 @@ def finite_groups(max_order: int = 64) -> st.SearchStrategy[Group]:
 def group_elements(group: Group) -> st.SearchStrategy[GroupElement]:
     """Elements of ``group``; every element of a finite group is reachable.
 
-    A finite group of order ≤ :data:`~groupattn.testing._equivariance.ENUMERATION_LIMIT`
+    A finite group of order ≤ ``ENUMERATION_LIMIT``
     is drawn from its element list (shrinking towards the identity); a larger one (S_20,
     the automorphisms of a large graph) is drawn by seeded sampling
-    (:func:`groupattn.testing.sample_elements`), never by enumerating it; infinite
+    (``groupattn.testing.sample_elements``), never by enumerating it; infinite
     groups by their own seeded sampler.
     """
     if group.is_finite and _cheap_order(group) is not None:
@@ -75,7 +75,7 @@ def signals(
 ) -> st.SearchStrategy[torch.Tensor]:
     """Seeded random tensors laid out for ``field_type``.
 
-    For :class:`GridField` and :class:`LiftedField` the spatial size is drawn from
+    For [`GridField`][groupattn.actions.GridField] and [`LiftedField`][groupattn.actions.LiftedField] the spatial size is drawn from
     ``size`` (square when ``square``); token and set fields, and any field type moving
     tokens ``(B, N, C)`` through a G-set, use their declared number of tokens.
     """

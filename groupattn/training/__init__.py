@@ -1,17 +1,25 @@
 """Training and evaluation: seeded, deterministic, single-process or DDP under ``torchrun``.
 
 Train any classifier on the bundled digits, (rotated) MNIST, CIFAR-10 batches, a user's
-tensors or an image folder (:func:`train`, :func:`load_training_data`), with optional
+tensors or an image folder ([`train`][groupattn.training.train], [`load_training_data`][groupattn.training.load_training_data]), with optional
 normalisation and crop / flip augmentation; save and resume checkpoints; measure
 accuracy together with how predictions react to circular shifts and quarter turns
-(:func:`evaluate`) and, as the papers measure it, to rotations by any angle and to
-circular and non-circular shifts (:func:`rotation_robustness`,
-:func:`circular_shift_robustness`, :func:`crop_shift_robustness`); and check the trained
-model's invariance under its group (:func:`check_classifier`). The ``groupattn train``
+([`evaluate`][groupattn.training.evaluate]) and, as the papers measure it, to rotations by any angle and to
+circular and non-circular shifts ([`rotation_robustness`][groupattn.training.rotation_robustness],
+[`circular_shift_robustness`][groupattn.training.circular_shift_robustness], [`crop_shift_robustness`][groupattn.training.crop_shift_robustness]); and check the trained
+model's invariance under its group ([`check_classifier`][groupattn.training.check_classifier]). The ``groupattn train``
 and ``groupattn demo`` commands are built on these.
 """
 
-from ._checkpoint import capture_rng_state, load_checkpoint, restore_rng_state, save_checkpoint
+from ._checkpoint import (
+    CHECKPOINT_FORMAT,
+    CheckpointError,
+    capture_rng_state,
+    checkpoint_differences,
+    load_checkpoint,
+    restore_rng_state,
+    save_checkpoint,
+)
 from ._data import (
     DATA_SOURCES,
     DataError,
@@ -42,7 +50,9 @@ from ._robustness import (
 from ._trainer import TrainConfig, TrainResult, train
 
 __all__ = [
+    "CHECKPOINT_FORMAT",
     "DATA_SOURCES",
+    "CheckpointError",
     "DataError",
     "DistributedContext",
     "EquivarianceCheck",
@@ -58,6 +68,7 @@ __all__ = [
     "capture_rng_state",
     "check_classifier",
     "check_data_source",
+    "checkpoint_differences",
     "circular_shift_robustness",
     "crop_shift_robustness",
     "evaluate",

@@ -1,76 +1,214 @@
-"""Checkpoints: model, optimizer, schedule, completed epochs and random-number states."""
+"""Checkpoints: model, optimizer, schedule, completed epochs and random-number states.
+
+A checkpoint holds tensors and plain values only (dicts, lists, tuples, strings,
+numbers, booleans, ``None``): random-number states are stored as tensors and lists, so
+[`load_checkpoint`][groupattn.training.load_checkpoint] reads files with ``torch.load(..., weights_only=True)``, which
+refuses anything that would run code while unpickling. A checkpoint from elsewhere
+is untrusted input: it is refused with one line that names the file and says why,
+never unpickled with Python's full pickle.
+"""
 
 from __future__ import annotations
 
+import pickle
 import random
+import re
+import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .._atomic import atomic_path
+from .._atomic import atomic_open
+from .._errors import GroupattnError
 
-__all__ = ["capture_rng_state", "load_checkpoint", "restore_rng_state", "save_checkpoint"]
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "CheckpointError",
+    "capture_rng_state",
+    "checkpoint_differences",
+    "load_checkpoint",
+    "restore_rng_state",
+    "save_checkpoint",
+]
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2
+"""The layout of the files ``save_checkpoint`` writes. Format 1 (groupattn 0.1)
+pickled NumPy's random state as an array and cannot be loaded safely; it is refused."""
+
+#: The entries every checkpoint holds.
+_REQUIRED = ("model", "optimizer", "scheduler", "epoch", "rng", "config", "history")
+
+class CheckpointError(GroupattnError, ValueError):
+    """A checkpoint that cannot be used: missing, truncated, foreign, unsafe or from another run."""
 
 
 def capture_rng_state() -> dict[str, Any]:
-    """The states of Python's, NumPy's and PyTorch's (CPU and CUDA) generators."""
-    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    """The states of Python's, NumPy's and PyTorch's (CPU and CUDA) generators, as plain values and tensors."""
+    version, internal, gauss = random.getstate()
+    state: dict[str, Any] = {
+        "python": {"version": version, "state": torch.tensor(internal, dtype=torch.int64), "gauss": gauss},
+        "torch": torch.get_rng_state(),
+    }
     try:
         import numpy as np
 
-        state["numpy"] = np.random.get_state()  # noqa: NPY002  (the legacy global generator is the state to save)
+        name, key, pos, has_gauss, cached = np.random.get_state()  # noqa: NPY002  (the legacy global generator)
+        state["numpy"] = {
+            "name": str(name),
+            "key": torch.from_numpy(np.asarray(key, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "gauss": float(cached),
+        }
     except ImportError:  # pragma: no cover
         pass
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        state["cuda"] = list(torch.cuda.get_rng_state_all())
     return state
 
 
 def restore_rng_state(state: dict[str, Any]) -> None:
-    """Restore what :func:`capture_rng_state` returned."""
-    random.setstate(state["python"])
+    """Restore what [`capture_rng_state`][groupattn.training.capture_rng_state] returned."""
+    python = state["python"]
+    random.setstate((int(python["version"]), tuple(int(v) for v in python["state"].tolist()), python["gauss"]))
     torch.set_rng_state(state["torch"])
     if "numpy" in state:
         import numpy as np
 
-        np.random.set_state(state["numpy"])  # noqa: NPY002
+        saved = state["numpy"]
+        key = saved["key"].numpy().astype(np.uint32)
+        np.random.set_state((saved["name"], key, saved["pos"], saved["has_gauss"], saved["gauss"]))  # noqa: NPY002
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
-    """Write ``state`` to ``path`` atomically (a temporary file, then a rename).
+    """Write ``state`` to ``path`` whole or not at all (``groupattn._atomic.atomic_open``).
 
     ``state`` holds ``model``, ``optimizer``, ``scheduler`` (state dicts), ``epoch``
-    (completed epochs), ``rng`` (one :func:`capture_rng_state` per rank), ``config``
-    and ``history``.
+    (completed epochs), ``rng`` (one [`capture_rng_state`][groupattn.training.capture_rng_state] per rank), ``config``
+    and ``history``; everything in it must be a tensor or a plain value, so that
+    [`load_checkpoint`][groupattn.training.load_checkpoint] can read it without running code. An interrupted save
+    leaves the previous checkpoint intact.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        torch.save({"format": CHECKPOINT_FORMAT, **state}, tmp)
+    with atomic_open(path) as fh:
+        torch.save({"format": CHECKPOINT_FORMAT, **state}, fh)
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save_checkpoint`.
+    """Read a checkpoint written by [`save_checkpoint`][groupattn.training.save_checkpoint], without running any code from it.
 
-    The file holds Python objects (the random-number states), so it is unpickled with
-    ``weights_only=False``: load only checkpoints you wrote yourself.
+    The file is read with ``torch.load(..., weights_only=True)``: only tensors and
+    plain values are accepted, so a crafted file cannot execute code.
 
     Raises
     ------
-    ValueError
-        If the file is missing or is not a groupattn checkpoint.
+    CheckpointError
+        If the file is missing, truncated or not a PyTorch file, holds anything but
+        tensors and plain values (a crafted file, or a format-1 checkpoint of an older
+        groupattn), or is not a groupattn checkpoint of format ``CHECKPOINT_FORMAT``.
+        The message names the file and the reason.
     """
     path = Path(path)
+    where = f"load_checkpoint: {str(path)!r}"
+    if not path.exists():
+        raise CheckpointError(f"{where}: expected a checkpoint file, got a path that does not exist")
     if not path.is_file():
-        raise ValueError(f"load_checkpoint: expected a checkpoint file, got {str(path)!r}, which does not exist")
-    state = torch.load(path, map_location=map_location, weights_only=False)
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(
-            f"load_checkpoint: expected a groupattn checkpoint (format {CHECKPOINT_FORMAT}), got {str(path)!r}"
+        raise CheckpointError(f"{where}: expected a checkpoint file, got a folder or special file")
+    try:
+        with warnings.catch_warnings():  # torch warns about pickle protocols before refusing a foreign file
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:
+        detail = " ".join(str(error).split())
+        found = re.search(r"GLOBAL (\S+)|Unsupported global: GLOBAL (\S+)", detail)
+        if found is None:  # not a pickle of plain values at all: garbage, or a raw pickle torch cannot read safely
+            raise CheckpointError(
+                f"{where}: expected a PyTorch checkpoint file, got a truncated or foreign file that cannot be read "
+                "safely (not a PyTorch archive of tensors and plain values)"
+            ) from None
+        name = found.group(1) or found.group(2)
+        raise CheckpointError(
+            f"{where}: refused: it holds Python objects beyond tensors and plain values ({name}), which could run "
+            "code when unpickled; a crafted file, or a format-1 checkpoint of an older groupattn (retrain, or re-save "
+            "it from a trusted session)"
+        ) from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as error:
+        first = (" ".join(str(error).split()) or type(error).__name__)[:160]
+        raise CheckpointError(f"{where}: expected a PyTorch checkpoint file, got a truncated or foreign file ({first})") from None
+    if not isinstance(state, dict) or "format" not in state:
+        raise CheckpointError(f"{where}: expected a groupattn checkpoint, got a PyTorch file without groupattn's format tag")
+    if state["format"] != CHECKPOINT_FORMAT:
+        raise CheckpointError(
+            f"{where}: expected checkpoint format {CHECKPOINT_FORMAT}, got format {state['format']!r} (another groupattn version)"
         )
+    missing = [key for key in _REQUIRED if key not in state]
+    if missing:
+        raise CheckpointError(f"{where}: expected entries {', '.join(_REQUIRED)}, got none for {', '.join(missing)}")
     return state
+
+
+#: Settings that may differ between the run that wrote a checkpoint and the run resuming it, and why.
+_MAY_DIFFER = {
+    "checkpoint": "where the file lives",
+    "resume": "whether to resume",
+    "progress": "how progress is shown",
+    "device": "the device (the states are moved to it)",
+}
+
+
+#: Settings that differ between runs as a matter of course (not worth a word).
+_QUIET = frozenset({"checkpoint", "resume", "progress"})
+
+
+def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"identity": {"limit": 64}}`` → ``{"identity.limit": 64}``."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def checkpoint_differences(saved: dict[str, Any], current: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """What differs between a checkpoint's ``config`` and the resuming run's.
+
+    Parameters
+    ----------
+    saved, current
+        The [`TrainConfig`][groupattn.training.TrainConfig] of the run that wrote the checkpoint and of the run
+        resuming it, as dicts (``dataclasses.asdict``).
+
+    Returns
+    -------
+    refused, allowed
+        Sentences naming each differing setting. ``refused``: the model, its
+        arguments, the data, ``--limit``, the seed or an optimiser or schedule setting
+        differ, so resuming would not continue the same run. ``allowed``: settings that
+        may differ, with the reason — the file location, progress display and device;
+        more epochs than were completed (training goes on, but a cosine schedule is
+        stretched to the new length, so the result differs from an uninterrupted run of
+        that length).
+    """
+    refused: list[str] = []
+    allowed: list[str] = []
+    flat_saved, flat_current = _flatten(saved), _flatten(current)
+    for key in sorted(set(flat_saved) | set(flat_current)):
+        before, now = flat_saved.get(key), flat_current.get(key)
+        if before == now or key in _QUIET:
+            continue
+        if key in _MAY_DIFFER:
+            allowed.append(f"{key}: checkpoint {before!r}, now {now!r} (allowed: only {_MAY_DIFFER[key]})")
+        elif key == "epochs" and isinstance(before, int) and isinstance(now, int) and now > before:
+            stretched = "" if current.get("schedule") == "constant" else "; the cosine schedule is stretched to the new length"
+            allowed.append(f"epochs: checkpoint {before}, now {now} (allowed: training continues{stretched})")
+        else:
+            refused.append(f"{key}: checkpoint {before!r}, now {now!r}")
+    return refused, allowed

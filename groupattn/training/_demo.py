@@ -3,32 +3,49 @@
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from .._atomic import atomic_path, write_atomic
-from ..data import DataError
+from .._atomic import atomic_open, write_atomic
+from .._command_line import (
+    UsageError,
+    add_common_arguments,
+    check_device,
+    check_output_path,
+    json_text,
+    run_command,
+)
+from .._resources import estimate_model_memory
+from ..data import MissingExtraError
 from ..groups import group_from_name
 from ._command import (
-    _refuse,
+    EXIT_CODES,
     add_data_arguments,
     build_model,
     data_canvas,
     data_model_kwargs,
+    data_options,
     exit_codes_epilog,
-    preflight_data,
 )
-from ._data import TrainingData, load_training_data
+from ._data import TrainingData, check_data_source, load_training_data
 from ._equivariance import check_classifier
 from ._metrics import evaluate
 from ._trainer import TrainConfig, train
 
-__all__ = ["DemoSettings", "format_robustness", "format_table", "plot_results", "register", "run_demo"]
+__all__ = [
+    "DemoSettings",
+    "format_robustness",
+    "format_table",
+    "plot_results",
+    "register",
+    "run_demo",
+]
 
 #: Model families the demo compares, in order of preference for each slot: a
 #: shift-equivariant model and a rotation-equivariant model. The C4 group ViT comes
@@ -75,7 +92,7 @@ class DemoSettings:
         model is tested on the same test images.
     robustness
         Also measure the papers' protocols (rotations by any angle, circular shifts,
-        random crops of the padded image; see :func:`evaluate`): each row then has a
+        random crops of the padded image; see [`evaluate`][groupattn.training.evaluate]): each row then has a
         ``robustness`` entry.
     crop_shift
         Padding of the random crops of the crop-shift protocol.
@@ -108,7 +125,15 @@ class DemoSettings:
     @classmethod
     def quick(cls) -> DemoSettings:
         """A run of well under a minute (for tests): few samples, one epoch."""
-        return cls(epochs=1, limit=64, test_limit=16, batch_size=32, check_images=2, distances=(0, 8), per_model={})
+        return cls(
+            epochs=1,
+            limit=64,
+            test_limit=16,
+            batch_size=32,
+            check_images=2,
+            distances=(0, 8),
+            per_model={},
+        )
 
 
 def _resolve_models(names: Sequence[str] | None) -> list[str]:
@@ -161,14 +186,14 @@ def run_demo(
     the upright, centred training digits, and evaluated on the test digits: clean,
     under random circular shifts and under the four quarter turns; then the
     invariance of the logits under the family's group is measured
-    (:func:`check_classifier`) and the checker certifies the model
+    ([`check_classifier`][groupattn.training.check_classifier]) and the checker certifies the model
     (``groupattn.check.certify``).
 
     Returns
     -------
     dict
         ``{"settings": …, "data": …, "rows": [one dict per model], "seconds": …}``; each row has
-        ``model``, ``variant``, ``label``, ``group``, the :class:`Evaluation` fields,
+        ``model``, ``variant``, ``label``, ``group``, the [`Evaluation`][groupattn.training.Evaluation] fields,
         ``equivariance_error``, ``verdict``, ``verdict_detail``, ``parameters``,
         ``train_seconds`` and ``train_cpu_seconds``.
     """
@@ -187,21 +212,33 @@ def run_demo(
         epochs, limit, lr = settings.budget(name)
         data = full.limited(limit) if limit is not None else full
         for baseline in (True, False):
-            built = build_model(name, baseline=baseline, seed=settings.seed, **data_model_kwargs(name, full))
+            built = build_model(
+                name, baseline=baseline, seed=settings.seed, **data_model_kwargs(name, full)
+            )
             log(
                 f"training {built.label} ({sum(p.numel() for p in built.model.parameters()):,} parameters) "
                 f"on {data.train_images.shape[0]} images for {epochs} epochs"
             )
             config = TrainConfig(
-                epochs=epochs, batch_size=settings.batch_size, lr=lr,
-                seed=settings.seed, device=device, progress=progress,
+                epochs=epochs,
+                batch_size=settings.batch_size,
+                lr=lr,
+                seed=settings.seed,
+                device=device,
+                progress=progress,
             )
             result = train(built.model, data, config)
             model = result.model
             evaluation = evaluate(
-                model, test_x, test_y, max_shift=settings.max_shift, seed=settings.seed,
-                distances=settings.distances, robustness=settings.robustness,
-                crop_shift=settings.crop_shift, fill=full.fill_value,
+                model,
+                test_x,
+                test_y,
+                max_shift=settings.max_shift,
+                seed=settings.seed,
+                distances=settings.distances,
+                robustness=settings.robustness,
+                crop_shift=settings.crop_shift,
+                fill=full.fill_value,
             )
             check = check_classifier(model, test_x[: settings.check_images], group)
             verdict, detail = _certify_verdict(model, test_x[:2].to(device), group)
@@ -237,8 +274,15 @@ def run_demo(
 def format_table(results: dict[str, Any], markdown: bool = False) -> str:
     """The demo's table as aligned text (or a Markdown table)."""
     header = [
-        "model", "training", "clean acc", "shifted acc", "shift cons", "rotated acc", "rot cons",
-        "max equiv err", "checker",
+        "model",
+        "training",
+        "clean acc",
+        "shifted acc",
+        "shift cons",
+        "rotated acc",
+        "rot cons",
+        "max equiv err",
+        "checker",
     ]
     body = []
     for row in results["rows"]:
@@ -268,14 +312,26 @@ def format_table(results: dict[str, Any], markdown: bool = False) -> str:
 
 def format_robustness(results: dict[str, Any]) -> str:
     """The rows' ``robustness`` entries (with ``DemoSettings.robustness``) as aligned text."""
-    header = ["model", "any-angle acc", "any-angle cons", "circ-shift acc", "circ-shift cons", "crop-shift acc", "crop-shift cons"]
+    header = [
+        "model",
+        "any-angle acc",
+        "any-angle cons",
+        "circ-shift acc",
+        "circ-shift cons",
+        "crop-shift acc",
+        "crop-shift cons",
+    ]
     body = []
     for row in results["rows"]:
         measured = row.get("robustness", {})
         cells = [row["label"]]
         for name in ("rotation", "circular_shift", "crop_shift"):
             entry = measured.get(name)
-            cells += ["-", "-"] if entry is None else [f"{100 * entry['accuracy']:.2f}%", f"{100 * entry['consistency']:.2f}%"]
+            cells += (
+                ["-", "-"]
+                if entry is None
+                else [f"{100 * entry['accuracy']:.2f}%", f"{100 * entry['consistency']:.2f}%"]
+            )
         body.append(cells)
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
@@ -294,9 +350,21 @@ def plot_results(results: dict[str, Any], path: str) -> None:
     for row in results["rows"]:
         style = "--" if row["variant"] == "baseline" else "-"
         shifts = sorted((int(k), v) for k, v in row["accuracy_by_shift"].items())
-        left.plot([k for k, _ in shifts], [100 * v for _, v in shifts], style, marker="o", label=row["label"])
+        left.plot(
+            [k for k, _ in shifts],
+            [100 * v for _, v in shifts],
+            style,
+            marker="o",
+            label=row["label"],
+        )
         turns = sorted((int(k), v) for k, v in row["accuracy_by_rotation"].items())
-        right.plot([k for k, _ in turns], [100 * v for _, v in turns], style, marker="o", label=row["label"])
+        right.plot(
+            [k for k, _ in turns],
+            [100 * v for _, v in turns],
+            style,
+            marker="o",
+            label=row["label"],
+        )
     left.set_xlabel("circular shift distance (pixels)")
     left.set_ylabel("test accuracy (%)")
     left.set_title("accuracy against shift")
@@ -307,17 +375,46 @@ def plot_results(results: dict[str, Any], path: str) -> None:
         axis.set_ylim(0, 100)
         axis.grid(alpha=0.3)
     handles, labels = left.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=max(1, len(labels)), fontsize="small", frameon=False)
+    fig.legend(
+        handles,
+        labels,
+        loc="lower center",
+        ncol=max(1, len(labels)),
+        fontsize="small",
+        frameon=False,
+    )
     fig.tight_layout(rect=(0.0, 0.07, 1.0, 1.0))
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110)
+    with atomic_open(path) as fh:
+        fig.savefig(fh, dpi=110, format=Path(path).suffix.lstrip(".").lower() or "png")
     plt.close(fig)
 
 
+def _built_module(name: str, seed: int, kwargs: dict[str, Any]) -> torch.nn.Module:
+    return build_model(name, seed=seed, **kwargs).model
+
+
 def _run(args: argparse.Namespace) -> int:
-    refused = preflight_data("demo", args.data)
-    if refused is not None:
-        return refused
+    return run_command("demo", _demo, args, codes={MissingExtraError: EXIT_CODES["missing_extra"]})
+
+
+def _demo(args: argparse.Namespace) -> int:
+    # ---- everything the user gave, checked before any work
+    for option in ("epochs", "limit"):
+        value = getattr(args, option)
+        if value is not None and value < (0 if option == "epochs" else 1):
+            raise UsageError(
+                f"expected --{option} >= {0 if option == 'epochs' else 1}, got {value}"
+            )
+    check_device(args.device)
+    json_path = check_output_path(args.json, "--json")
+    plot_path = check_output_path(args.plot, "--plot")
+    if plot_path is not None and plot_path.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise UsageError(f"expected --plot to end in .png, .svg or .pdf, got {args.plot!r}")
+    try:
+        models = _resolve_models(args.models.split(",") if args.models else None)
+    except ValueError as error:
+        raise UsageError(str(error).removeprefix("groupattn demo: ")) from None
+    check_data_source(args.data)
     settings = DemoSettings.quick() if args.quick else DemoSettings()
     for option in ("epochs", "limit"):
         value = getattr(args, option)
@@ -329,14 +426,24 @@ def _run(args: argparse.Namespace) -> int:
     settings.robustness = args.robustness
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    models = _resolve_models(args.models.split(",") if args.models else None)
-    try:
-        data = load_training_data(
-            args.data, seed=settings.seed, canvas=data_canvas(args.data, models), normalize=args.normalize
+    data = load_training_data(
+        args.data,
+        seed=settings.seed,
+        canvas=data_canvas(args.data, models),
+        normalize=args.normalize,
+        **data_options(args),
+    )
+    for name in models:  # every model's cost, from shapes, before the first is trained
+        estimate_model_memory(
+            functools.partial(_built_module, name, settings.seed, data_model_kwargs(name, data)),
+            (settings.batch_size, *data.input_shape),
+            training=True,
+            budget=args.max_memory,
+            what=f"the demo's {name}",
         )
-    except DataError as error:  # a malformed file, an unsafe pickle: one line, before any training
-        return _refuse("demo", error)
-    results = run_demo(settings, models, device=args.device, progress=not args.no_progress, data=data)
+    results = run_demo(
+        settings, models, device=args.device, progress=not args.no_progress, data=data
+    )
     print()
     trained_on = "upright centred images" if data.name == "digits" else "its training split"
     print(
@@ -346,7 +453,9 @@ def _run(args: argparse.Namespace) -> int:
     )
     print(format_table(results))
     if settings.robustness:
-        print("the papers' protocols (two random transformations per image; consistency = same class for both):")
+        print(
+            "the papers' protocols (two random transformations per image; consistency = same class for both):"
+        )
         print(format_robustness(results))
     for row in results["rows"]:
         if row["verdict_detail"]:
@@ -358,11 +467,11 @@ def _run(args: argparse.Namespace) -> int:
                 "its consistency reflects a constant prediction, not a learned invariance"
             )
     print(f"total {results['seconds']:.0f} s")
-    if args.json:
-        write_atomic(args.json, json.dumps(results, indent=2))
+    if json_path is not None:
+        write_atomic(json_path, json_text(results))
         print(f"wrote {args.json}")
-    if args.plot:
-        plot_results(results, args.plot)
+    if plot_path is not None:
+        plot_results(results, str(plot_path))
         print(f"wrote {args.plot}")
     return 0
 
@@ -380,21 +489,26 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--quick", action="store_true", help="a tiny run (under a minute) for tests")
     p.add_argument("--epochs", type=int, default=None, help="override the epochs per model")
-    p.add_argument("--limit", type=int, default=None, help="override the number of training samples")
-    p.add_argument("--models", default=None, help="comma-separated registry names (default: vit and group_vit)")
+    p.add_argument(
+        "--limit", type=int, default=None, help="override the number of training samples"
+    )
+    p.add_argument(
+        "--models", default=None, help="comma-separated registry names (default: vit and group_vit)"
+    )
     add_data_arguments(p)
     p.add_argument(
-        "--robustness", action="store_true",
+        "--robustness",
+        action="store_true",
         help="also measure rotations by any angle, circular shifts and random crops, two per image",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument(
-        "--threads", type=int, default=1,
-        help="torch.set_num_threads for the run (default 1: the models are tiny, and one thread "
-        "per process avoids oversubscription on a shared machine)",
-    )
     p.add_argument("--json", default=None, help="write the table and curves as JSON")
     p.add_argument("--plot", default=None, help="write accuracy against shift and rotation as PNG")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress report (default: a bar on a terminal, one line per epoch otherwise)",
+    )
+    add_common_arguments(p, threads_default=1)
     p.set_defaults(func=_run)

@@ -50,12 +50,12 @@ def check_classifier(
     """Measure how far ``model``'s logits are from invariant under ``group``.
 
     The logits of a classifier should not move when the image does, so the input is
-    treated as a :class:`~groupattn.actions.GridField` and the output as an
-    :class:`~groupattn.actions.InvariantField`. The checker's
-    :func:`groupattn.check.verify` runs a copy of the model in ``dtype`` (float64 by
+    treated as a [`GridField`][groupattn.actions.GridField] and the output as an
+    [`InvariantField`][groupattn.actions.InvariantField]. The checker's
+    [`groupattn.check.verify`][groupattn.check.verify] runs a copy of the model in ``dtype`` (float64 by
     default, so an exactly invariant model shows rounding-level errors, ~1e-15) with
     the group acting by exact permutations. The elements tested are
-    :func:`groupattn.testing.representative_elements`.
+    [`groupattn.testing.representative_elements`][groupattn.testing.representative_elements].
 
     Parameters
     ----------
@@ -64,9 +64,9 @@ def check_classifier(
     images
         A few test images ``(B, C, H, W)``.
     group
-        The acting group (e.g. from :func:`groupattn.groups.group_from_name`).
+        The acting group (e.g. from [`groupattn.groups.group_from_name`][groupattn.check.group_from_name]).
     count, seed
-        How many elements to sample (see :func:`groupattn.testing.representative_elements`), and the seed.
+        How many elements to sample (see [`groupattn.testing.representative_elements`][groupattn.testing.representative_elements]), and the seed.
     dtype
         Evaluation dtype of the checker's copy of the model.
     """

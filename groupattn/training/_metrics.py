@@ -64,7 +64,7 @@ def shift_consistency(
     """Fraction of inputs whose top-1 class is unchanged under a random circular shift.
 
     Each image is rolled by a seeded random offset in ``[-max_shift, max_shift]²``
-    (:func:`groupattn.data.random_shifts`). A translation-invariant model scores 1.0.
+    ([`groupattn.data.random_shifts`][groupattn.data.random_shifts]). A translation-invariant model scores 1.0.
     """
     shifted, _ = random_shifts(images, max_shift, seed)
     return float((predict(model, images, batch_size) == predict(model, shifted, batch_size)).float().mean())
@@ -127,21 +127,21 @@ class Evaluation:
     shifted_accuracy
         Accuracy on the test images under random circular shifts.
     shift_consistency
-        See :func:`shift_consistency`.
+        See [`shift_consistency`][groupattn.training.shift_consistency].
     rotated_accuracy
         Mean accuracy over the four 90° rotations.
     rotation_consistency
-        See :func:`rotation_consistency`.
+        See [`rotation_consistency`][groupattn.training.rotation_consistency].
     accuracy_by_shift, accuracy_by_rotation
-        See :func:`accuracy_by_shift` and :func:`accuracy_by_rotation`.
+        See [`accuracy_by_shift`][groupattn.training.accuracy_by_shift] and [`accuracy_by_rotation`][groupattn.training.accuracy_by_rotation].
     predicted_classes
         How many different classes the model predicts on the clean test images; 1 means
         a constant prediction, whose consistency says nothing about invariance.
     robustness
         With ``evaluate(..., robustness=True)``: the papers' protocols by name,
         ``"rotation"`` (any angle), ``"circular_shift"`` and ``"crop_shift"`` (see
-        :func:`rotation_robustness`, :func:`circular_shift_robustness` and
-        :func:`crop_shift_robustness`); empty otherwise.
+        [`rotation_robustness`][groupattn.training.rotation_robustness], [`circular_shift_robustness`][groupattn.training.circular_shift_robustness] and
+        [`crop_shift_robustness`][groupattn.training.crop_shift_robustness]); empty otherwise.
     """
 
     accuracy: float
@@ -176,7 +176,7 @@ def evaluate(
     crop_shift: int = 4,
     fill: float | Sequence[float] = 0.0,
 ) -> Evaluation:
-    """All metrics of :class:`Evaluation` for ``model`` on ``images`` ``(N, C, H, W)``.
+    """All metrics of [`Evaluation`][groupattn.training.Evaluation] for ``model`` on ``images`` ``(N, C, H, W)``.
 
     Quarter-turn metrics need square images; for non-square ones they are reported as
     NaN.
@@ -192,18 +192,18 @@ def evaluate(
     seed
         Seed of every random transformation.
     distances
-        Shift distances of :func:`accuracy_by_shift` (default every 4th up to ``W / 2``).
+        Shift distances of [`accuracy_by_shift`][groupattn.training.accuracy_by_shift] (default every 4th up to ``W / 2``).
     batch_size
         Images per forward pass.
     robustness
-        Also measure the papers' protocols (:attr:`Evaluation.robustness`): rotations by
+        Also measure the papers' protocols ([`Evaluation.robustness`][groupattn.training.Evaluation]): rotations by
         any angle, circular shifts up to ``max_shift``, and crops of the image padded by
         ``crop_shift``.
     crop_shift
         Padding of the non-circular shifts.
     fill
         Value of the pixels brought in by rotations and crops (one, or one per channel;
-        :attr:`TrainingData.fill_value`).
+        [`TrainingData.fill_value`][groupattn.training.TrainingData.fill_value]).
     """
     shifted, _ = random_shifts(images, max_shift, seed)
     clean = predict(model, images, batch_size)

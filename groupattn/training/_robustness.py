@@ -126,7 +126,7 @@ def rotation_robustness(
     """Accuracy and consistency under rotations by random angles, uniform in ``[0, 2π)``.
 
     Every image is rotated twice, by two independent seeded angles, with
-    :func:`groupattn.data.rotate`: bilinear interpolation about the image centre, and
+    [`groupattn.data.rotate`][groupattn.data.rotate]: bilinear interpolation about the image centre, and
     (``mask="disc"``, the default) ``fill`` outside the inscribed disc, at every angle —
     so both copies show the same disc of content. A rotation-invariant model scores a
     consistency near 1 (not exactly: interpolation is not an exact group action, except
@@ -141,7 +141,7 @@ def rotation_robustness(
     seed
         Seed of the angles.
     mask, fill
-        See :func:`groupattn.data.rotate`.
+        See [`groupattn.data.rotate`][groupattn.data.rotate].
     batch_size
         Images per forward pass (does not change the result).
 
@@ -179,7 +179,7 @@ def circular_shift_robustness(
     Parameters
     ----------
     model, images, labels, seed, batch_size
-        As in :func:`rotation_robustness`.
+        As in [`rotation_robustness`][groupattn.training.rotation_robustness].
     max_shift
         The largest offset per axis, or ``None`` for every offset.
 
@@ -229,13 +229,13 @@ def crop_shift_robustness(
     by ``max_shift`` pixels of ``fill`` on each side and cropped back to ``H × W`` twice,
     at two independent seeded positions — a shift by an offset uniform in
     ``[-max_shift, max_shift]²`` that loses what leaves the image
-    (:func:`groupattn.data.translate`). Even a circularly shift-invariant model can
+    ([`groupattn.data.translate`][groupattn.data.translate]). Even a circularly shift-invariant model can
     change its mind here, where content crosses the border.
 
     Parameters
     ----------
     model, images, labels, seed, batch_size
-        As in :func:`rotation_robustness`.
+        As in [`rotation_robustness`][groupattn.training.rotation_robustness].
     max_shift
         The padding, and the largest offset per axis.
     fill
@@ -270,7 +270,7 @@ def accuracy_by_angle(
 ) -> dict[float, float]:
     """Accuracy against rotation angle: ``{degrees: accuracy}``, every image turned by each angle.
 
-    Angles are in degrees, counter-clockwise; rotation as in :func:`groupattn.data.rotate`.
+    Angles are in degrees, counter-clockwise; rotation as in [`groupattn.data.rotate`][groupattn.data.rotate].
     """
     _check("accuracy_by_angle", images, labels)
     labels = labels.cpu()

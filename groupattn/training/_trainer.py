@@ -18,7 +18,14 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
 from ..data import flip_horizontal, translate
-from ._checkpoint import capture_rng_state, load_checkpoint, restore_rng_state, save_checkpoint
+from ._checkpoint import (
+    CheckpointError,
+    capture_rng_state,
+    checkpoint_differences,
+    load_checkpoint,
+    restore_rng_state,
+    save_checkpoint,
+)
 from ._data import TrainingData
 from ._distributed import DistributedContext, setup_distributed
 from ._metrics import _logits
@@ -54,12 +61,13 @@ class TrainConfig:
     resume
         Continue from ``checkpoint`` if it exists.
     progress
-        Show a tqdm progress bar on rank 0 (on stderr).
+        Report progress on rank 0, on stderr: a tqdm bar when stderr is a terminal,
+        otherwise one line per epoch (so a log file gets no carriage returns).
     augment
         The usual light augmentation of CIFAR training: each training image, in each
         epoch, is cropped at a random position from itself padded by ``crop_padding``
-        pixels of black (:attr:`TrainingData.fill_value`; a non-circular shift,
-        :func:`groupattn.data.translate`) and, with ``flip``, mirrored left to right
+        pixels of black ([`TrainingData.fill_value`][groupattn.training.TrainingData.fill_value]; a non-circular shift,
+        [`groupattn.data.translate`][groupattn.data.translate]) and, with ``flip``, mirrored left to right
         with probability 1/2. The draws depend only on ``seed``, the epoch and the
         image's index, so they are the same for any number of processes and after
         resuming.
@@ -67,6 +75,11 @@ class TrainConfig:
         Padding of the random crops (0: no crops).
     flip
         Random horizontal flips (not for digits: a mirrored digit is another glyph).
+    identity
+        What is trained, beyond these settings: the command line stores the model's
+        name and arguments, the data and ``--limit`` here. It is saved in the
+        checkpoint, and resuming refuses a checkpoint whose identity or settings differ
+        ([`checkpoint_differences`][groupattn.training.checkpoint_differences]).
     """
 
     epochs: int = 3
@@ -83,11 +96,12 @@ class TrainConfig:
     augment: bool = False
     crop_padding: int = 4
     flip: bool = True
+    identity: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.epochs < 0 or self.batch_size < 1 or self.lr <= 0:
+        if self.epochs < 0 or self.batch_size < 1 or not (0 < self.lr < math.inf):
             raise ValueError(
-                f"TrainConfig: expected epochs >= 0, batch_size >= 1 and lr > 0, got epochs={self.epochs}, "
+                f"TrainConfig: expected epochs >= 0, batch_size >= 1 and a finite lr > 0, got epochs={self.epochs}, "
                 f"batch_size={self.batch_size}, lr={self.lr}"
             )
         if self.optimizer not in ("adamw", "sgd"):
@@ -100,7 +114,7 @@ class TrainConfig:
 
 @dataclass
 class TrainResult:
-    """What :func:`train` returns.
+    """What [`train`][groupattn.training.train] returns.
 
     Attributes
     ----------
@@ -110,6 +124,8 @@ class TrainResult:
         One entry per epoch: ``{"epoch", "loss", "train_accuracy"}`` (over all ranks).
     start_epoch
         The first epoch run (``> 0`` after resuming).
+    resumed_from
+        The checkpoint training continued from, or ``None`` if it started fresh.
     seconds, cpu_seconds
         Wall-clock and process CPU time of the training loop.
     """
@@ -117,6 +133,7 @@ class TrainResult:
     model: nn.Module
     history: list[dict[str, float]] = field(default_factory=list)
     start_epoch: int = 0
+    resumed_from: str | None = None
     seconds: float = 0.0
     cpu_seconds: float = 0.0
 
@@ -156,13 +173,38 @@ def _augment(
 
 
 def _progress(total: int, description: str, enabled: bool) -> Any:
+    """A tqdm bar on stderr when ``enabled`` and stderr is a terminal, else ``None``."""
+    if not enabled or not sys.stderr.isatty():
+        return None
     try:
         from tqdm.auto import tqdm
     except ImportError:  # pragma: no cover - tqdm is in the viz/dev extras
         return None
-    if not enabled:
-        return None
     return tqdm(total=total, desc=description, file=sys.stderr, leave=False, dynamic_ncols=True)
+
+
+def _resume(
+    checkpoint: Path, config: TrainConfig, model: nn.Module, optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LambdaLR, device: torch.device,
+) -> dict[str, Any]:
+    """Load ``checkpoint`` into the model, optimizer and schedule; refuse one from another run."""
+    state = load_checkpoint(checkpoint, map_location=device)
+    where = f"train: cannot resume from {str(checkpoint)!r}"
+    saved = state["config"] if isinstance(state["config"], dict) else {}
+    refused, _ = checkpoint_differences(saved, asdict(config))
+    if refused:
+        raise CheckpointError(f"{where}: it was written by another run ({'; '.join(refused)})")
+    try:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+    except (RuntimeError, ValueError, KeyError) as error:
+        first = " ".join(str(error).split())[:200]
+        raise CheckpointError(f"{where}: its model or optimizer does not fit this model ({first})") from None
+    epoch = int(state["epoch"])
+    if not 0 <= epoch <= config.epochs:
+        raise CheckpointError(f"{where}: expected 0 to {config.epochs} completed epochs, got {epoch}")
+    return state
 
 
 def train(
@@ -175,7 +217,7 @@ def train(
     """Train a classifier with cross-entropy, deterministically.
 
     The data order of each epoch is a permutation seeded by ``seed + epoch``
-    (:class:`~torch.utils.data.DistributedSampler`), identical on every rank; rank
+    (``DistributedSampler``), identical on every rank; rank
     ``r`` of ``N`` takes every ``N``-th sample of it, in batches of ``b / N``, and DDP
     averages the gradients. So the union of the ``N`` per-process batches of one step
     is exactly the single-process batch of that step, and the loss is its mean: with
@@ -188,7 +230,7 @@ def train(
     completed epochs and every rank's random-number states after each epoch; with
     ``config.resume`` training continues from it, giving the same parameters as an
     uninterrupted run. With ``config.augment`` each image is randomly cropped and
-    flipped, seeded by ``seed``, epoch and image (see :class:`TrainConfig`). Runs are
+    flipped, seeded by ``seed``, epoch and image (see [`TrainConfig`][groupattn.training.TrainConfig]). Runs are
     bitwise reproducible for a fixed device and number of
     threads (other thread counts reduce in another order).
 
@@ -199,9 +241,9 @@ def train(
     data
         The training data (only the training split is used here).
     config
-        Hyper-parameters; :class:`TrainConfig` defaults if ``None``.
+        Hyper-parameters; [`TrainConfig`][groupattn.training.TrainConfig] defaults if ``None``.
     context
-        The process's place in the run; :func:`setup_distributed` (``torchrun``'s
+        The process's place in the run; [`setup_distributed`][groupattn.training.setup_distributed] (``torchrun``'s
         environment) if ``None``.
     on_epoch_end
         Called on every rank as ``on_epoch_end(epoch, summary)`` after each epoch.
@@ -231,11 +273,10 @@ def train(
     history: list[dict[str, float]] = []
     torch.manual_seed(config.seed + rank)
     checkpoint = Path(config.checkpoint) if config.checkpoint else None
-    if config.resume and checkpoint is not None and checkpoint.is_file():
-        state = load_checkpoint(checkpoint, map_location=context.device)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
+    resumed_from = None
+    if config.resume and checkpoint is not None and checkpoint.exists():
+        state = _resume(checkpoint, config, model, optimizer, scheduler, context.device)
+        resumed_from = str(checkpoint)
         start_epoch = int(state["epoch"])
         history = list(state.get("history", []))
         rng = state.get("rng", [])
@@ -293,6 +334,13 @@ def train(
             "train_accuracy": float(totals[1] / totals[2]),
         }
         history.append(summary)
+        if config.progress and context.is_main and bar is None:
+            print(
+                f"epoch {epoch + 1}/{config.epochs}: loss {summary['loss']:.4f}, "
+                f"train accuracy {100 * summary['train_accuracy']:.2f}%, {time.perf_counter() - started:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
         if checkpoint is not None:
             rng_states: list[Any] = [capture_rng_state()]
             if context.is_distributed:
@@ -320,6 +368,7 @@ def train(
         model=model,
         history=history,
         start_epoch=start_epoch,
+        resumed_from=resumed_from,
         seconds=time.perf_counter() - started,
         cpu_seconds=time.process_time() - cpu_started,
     )
