@@ -12,6 +12,9 @@ graphs) goes through ``atomic_open``:
 - the data are flushed and ``fsync``-ed, then the file is renamed over the target in
   one step (a symbolic link at the target is replaced, its target left untouched) and
   the folder is ``fsync``-ed;
+- a ``SIGKILL`` during the write leaves nothing behind (the file has no name yet); one
+  in the instant between naming it and renaming it over the target can leave a
+  ``.NAME.<random>.tmp`` file beside the target (the target itself is never partial);
 - on any failure — an exception, Ctrl-C, or ``SIGTERM`` while a write is in progress
   (turned into ``SystemExit`` with code 143 for the duration of the write when the
   process has no handler of its own) — the temporary file is removed and an existing
@@ -25,12 +28,13 @@ import errno
 import os
 import secrets
 import signal
+import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_open", "check_output_path", "write_atomic"]
+__all__ = ["atomic_open", "check_distinct_outputs", "check_output_path", "write_atomic"]
 
 #: ``O_TMPFILE`` where the platform defines it (Linux); ``0`` elsewhere.
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0)
@@ -69,21 +73,79 @@ def check_output_path(path: str | Path, what: str = "output") -> Path:
     folder = _folder(path)
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, f"cannot write {what} {str(path)!r}: it is a folder")
+    if (path.exists() or path.is_symlink()) and not _regular_or_link_to_regular(path):
+        raise PermissionError(
+            errno.EPERM,
+            f"cannot write {what} {str(path)!r}: it is a device, pipe, socket or a link to one, not a regular file",
+        )
     if not folder.is_dir():
         raise FileNotFoundError(
             errno.ENOENT,
             f"cannot write {what} {str(path)!r}: the folder {str(folder)!r} does not exist",
         )
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise PermissionError(
-            errno.EACCES,
-            f"cannot write {what} {str(path)!r}: the folder {str(folder)!r} is not writable",
-        )
     if path.exists() and not path.is_symlink() and not os.access(path, os.W_OK):
         raise PermissionError(
             errno.EACCES, f"cannot write {what} {str(path)!r}: the file is read-only"
         )
+    try:  # the only reliable test (root passes os.access everywhere; /proc refuses new files)
+        fd, temporary = _create_temporary(folder, path.name)
+    except OSError as error:
+        raise PermissionError(
+            errno.EACCES,
+            f"cannot write {what} {str(path)!r}: cannot create a file in the folder {str(folder)!r} "
+            f"({error.strerror or error})",
+        ) from None
+    os.close(fd)
+    if temporary is not None:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
     return path
+
+
+def _regular_or_link_to_regular(path: Path) -> bool:
+    """``path`` is a regular file, or a symbolic link whose target is missing or a regular file."""
+    if path.is_symlink():
+        return not path.exists() or (path.resolve().is_file() and stat.S_ISREG(path.stat().st_mode))
+    return stat.S_ISREG(path.lstat().st_mode)
+
+
+def check_distinct_outputs(
+    paths: dict[str, str | Path | None], inputs: dict[str, str | Path | None] | None = None
+) -> None:
+    """Refuse two outputs that are the same file, or an output inside (or equal to) an input.
+
+    Parameters
+    ----------
+    paths
+        Option name → output path (``None`` entries are ignored).
+    inputs
+        Option name → an input file or folder that no output may overwrite.
+
+    Raises
+    ------
+    FileExistsError
+        Naming both options and the path.
+    """
+    seen: dict[Path, str] = {}
+    for option, value in paths.items():
+        if value is None:
+            continue
+        resolved = Path(value).resolve()
+        if resolved in seen:
+            raise FileExistsError(
+                errno.EEXIST,
+                f"expected {seen[resolved]} and {option} to name different files, got {str(value)!r} for both",
+            )
+        seen[resolved] = option
+        for name, source in (inputs or {}).items():
+            if source is None or not Path(source).exists():
+                continue
+            base = Path(source).resolve()
+            if resolved == base or base in resolved.parents:
+                raise FileExistsError(
+                    errno.EEXIST,
+                    f"expected {option} outside {name} {str(source)!r}, got {str(value)!r}, which would overwrite it",
+                )
 
 
 def _create_temporary(folder: Path, name: str) -> tuple[int, Path | None]:

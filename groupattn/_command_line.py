@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from typing import Any
 
 import torch
 
+from ._atomic import check_distinct_outputs as _check_distinct_outputs
 from ._atomic import check_output_path as _check_output_path
 from ._errors import GroupattnError
 from ._resources import default_max_memory, format_bytes, parse_size
@@ -37,10 +39,12 @@ __all__ = [
     "UsageError",
     "add_common_arguments",
     "check_device",
+    "check_distinct_outputs",
     "check_output_path",
     "json_text",
     "one_line",
     "run_command",
+    "seed_value",
 ]
 
 EXIT_OK = 0
@@ -54,8 +58,11 @@ class UsageError(GroupattnError, ValueError):
 
 
 def one_line(text: str) -> str:
-    """``text`` with every run of whitespace (newlines included) turned into one space."""
-    return " ".join(str(text).split())
+    """``text`` on one line: whitespace runs become one space, other control characters
+    (terminal escapes in a file name) are shown escaped, and a C++ backtrace is cut off."""
+    text = str(text).split("Exception raised from ")[0]
+    text = "".join(c if c.isprintable() or c.isspace() else repr(c)[1:-1] for c in text)
+    return " ".join(text.split())
 
 
 def check_output_path(path: str | None, option: str) -> Path | None:
@@ -68,10 +75,22 @@ def check_output_path(path: str | None, option: str) -> Path | None:
         raise UsageError(error.strerror or str(error)) from None
 
 
+def check_distinct_outputs(
+    outputs: dict[str, str | None], inputs: dict[str, str | None] | None = None
+) -> None:
+    """Refuse two output options naming one file, or an output inside an input (``UsageError``)."""
+    try:
+        _check_distinct_outputs(dict(outputs), dict(inputs or {}))
+    except OSError as error:
+        raise UsageError(error.strerror or str(error)) from None
+
+
 def check_device(device: str) -> None:
     """Refuse ``--device cuda`` on a machine without CUDA, before any work."""
     if device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("expected --device cpu on this machine (PyTorch sees no CUDA device), got cuda")
+        raise UsageError(
+            "expected --device cpu on this machine (PyTorch sees no CUDA device), got cuda"
+        )
 
 
 def _positive_int(text: str) -> int:
@@ -84,6 +103,32 @@ def _positive_int(text: str) -> int:
     return value
 
 
+#: ``--threads`` beyond this many per CPU core is refused (PyTorch crashes far beyond it).
+MAX_THREADS_PER_CORE = 4
+
+
+def _thread_count(text: str) -> int:
+    value = _positive_int(text)
+    cores = os.cpu_count() or 1
+    if value > MAX_THREADS_PER_CORE * cores:
+        raise argparse.ArgumentTypeError(
+            f"expected at most {MAX_THREADS_PER_CORE * cores} threads ({MAX_THREADS_PER_CORE} per core of {cores}), "
+            f"got {text!r}"
+        )
+    return value
+
+
+def seed_value(text: str) -> int:
+    """An ``argparse`` type for ``--seed``: an integer in ``[0, 2**63)``."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"expected a seed in [0, 2**63), got {text!r}")
+    return value
+
+
 def _size(text: str) -> int:
     try:
         return parse_size(text)
@@ -91,15 +136,24 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def add_common_arguments(parser: argparse.ArgumentParser, threads_default: int | None = None) -> None:
+def add_common_arguments(
+    parser: argparse.ArgumentParser, threads_default: int | None = None
+) -> None:
     """Add ``--threads``, ``--max-memory`` and ``--debug`` to a subcommand."""
     parser.add_argument(
-        "--threads", type=_positive_int, default=threads_default, metavar="N",
+        "--threads",
+        type=_thread_count,
+        default=threads_default,
+        metavar="N",
         help="torch.set_num_threads for the run (default: "
-        + ("PyTorch's" if threads_default is None else str(threads_default)) + ")",
+        + ("PyTorch's" if threads_default is None else str(threads_default))
+        + ")",
     )
     parser.add_argument(
-        "--max-memory", type=_size, default=default_max_memory(), metavar="SIZE",
+        "--max-memory",
+        type=_size,
+        default=default_max_memory(),
+        metavar="SIZE",
         help="refuse, before any work, a run estimated to need more memory (e.g. 4G; default: half of "
         f"this machine's memory, {format_bytes(default_max_memory())})",
     )
@@ -132,7 +186,9 @@ def json_text(payload: dict[str, Any]) -> str:
 
 def _is_out_of_memory(error: BaseException) -> bool:
     text = str(error).lower()
-    return isinstance(error, MemoryError) or "can't allocate memory" in text or "out of memory" in text
+    return (
+        isinstance(error, MemoryError) or "can't allocate memory" in text or "out of memory" in text
+    )
 
 
 def run_command(
@@ -171,7 +227,9 @@ def run_command(
             if isinstance(error, kind):
                 print(f"groupattn {command}: error: {one_line(str(error))}", file=sys.stderr)
                 return code
-        if isinstance(error, (GroupattnError, OSError, *usage_errors)) and not _is_out_of_memory(error):
+        if isinstance(error, (GroupattnError, OSError, *usage_errors)) and not _is_out_of_memory(
+            error
+        ):
             print(f"groupattn {command}: error: {one_line(str(error))}", file=sys.stderr)
             return EXIT_USAGE
         hint = "" if debug else " (--debug shows the traceback)"

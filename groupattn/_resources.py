@@ -14,6 +14,7 @@ import math
 import os
 import re
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ __all__ = [
     "format_bytes",
     "parse_size",
     "physical_memory",
+    "reserve",
     "tensor_bytes",
 ]
 
@@ -55,8 +57,22 @@ def default_max_memory() -> int:
     return total // 2 if total else 8 * 2**30
 
 
-_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20,
-          "g": 2**30, "gb": 2**30, "gib": 2**30, "t": 2**40, "tb": 2**40, "tib": 2**40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 2**10,
+    "kb": 2**10,
+    "kib": 2**10,
+    "m": 2**20,
+    "mb": 2**20,
+    "mib": 2**20,
+    "g": 2**30,
+    "gb": 2**30,
+    "gib": 2**30,
+    "t": 2**40,
+    "tb": 2**40,
+    "tib": 2**40,
+}
 
 
 def parse_size(text: str) -> int:
@@ -93,8 +109,41 @@ def tensor_bytes(shape: Sequence[int], dtype: torch.dtype = torch.float32) -> in
 MAX_BUILD_SECONDS = 10.0
 
 _FACTORIES = frozenset(
-    {torch.empty, torch.zeros, torch.ones, torch.full, torch.randn, torch.rand, torch.empty_strided, torch.normal}
+    {
+        torch.empty,
+        torch.zeros,
+        torch.ones,
+        torch.full,
+        torch.randn,
+        torch.rand,
+        torch.empty_strided,
+        torch.normal,
+    }
 )
+
+
+#: The estimations in progress (innermost last): what ``reserve`` charges.
+_ACTIVE: list[_FloatTensorsOnMeta] = []
+
+
+def reserve(nbytes: int, what: str) -> None:
+    """Announce a real (not ``meta``) allocation of ``nbytes`` a constructor is about to make.
+
+    Index tables that layers compute from the group (orbital labels of every token
+    pair: ``n²`` integers) stay real while a model is sized on the ``meta`` device; a
+    constructor calls this first, so an estimation in progress refuses a table over
+    the budget before allocating it. Outside an estimation it does nothing.
+
+    Raises
+    ------
+    BudgetError
+        When an estimation is in progress and ``nbytes`` is over its budget.
+    """
+    if _ACTIVE and _ACTIVE[-1].budget is not None and nbytes > _ACTIVE[-1].budget:
+        raise _ACTIVE[-1]._refuse(
+            f"{what} would need {format_bytes(nbytes)}, over the memory budget of "
+            f"{format_bytes(_ACTIVE[-1].budget)} (--max-memory)"
+        )
 
 
 class _FloatTensorsOnMeta(TorchFunctionMode):
@@ -105,7 +154,9 @@ class _FloatTensorsOnMeta(TorchFunctionMode):
     layers compute from the group — stay real, so constructors that inspect them work.
     """
 
-    def __init__(self, budget: int | None = None, copies: int = 1, seconds: float = MAX_BUILD_SECONDS) -> None:
+    def __init__(
+        self, budget: int | None = None, copies: int = 1, seconds: float = MAX_BUILD_SECONDS
+    ) -> None:
         super().__init__()
         self.budget = budget
         self.copies = copies
@@ -119,12 +170,20 @@ class _FloatTensorsOnMeta(TorchFunctionMode):
         self.refusal = self.refusal or BudgetError(message)
         return self.refusal
 
-    def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+    def __torch_function__(
+        self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None
+    ) -> Any:
         kwargs = dict(kwargs or {})
         dtype = kwargs.get("dtype")
         if self.refusal is not None or time.monotonic() > self.deadline:
-            raise self._refuse(f"building the model takes over {self.seconds:g} s even without its weights")
-        if func in _FACTORIES and kwargs.get("device") is None and (dtype is None or dtype.is_floating_point):
+            raise self._refuse(
+                f"building the model takes over {self.seconds:g} s even without its weights"
+            )
+        if (
+            func in _FACTORIES
+            and kwargs.get("device") is None
+            and (dtype is None or dtype.is_floating_point)
+        ):
             kwargs["device"] = "meta"
             out = func(*args, **kwargs)
             self.allocated += out.numel() * out.element_size() * self.copies
@@ -171,7 +230,11 @@ class MemoryEstimate:
 
     def describe(self) -> str:
         """One line: ``"about 1.2 GiB (3,000,000 parameters: 45.8 MiB with training state; …)"``."""
-        activations = "not estimated" if self.activation_bytes is None else format_bytes(self.activation_bytes)
+        activations = (
+            "not estimated"
+            if self.activation_bytes is None
+            else format_bytes(self.activation_bytes)
+        )
         return (
             f"about {format_bytes(self.total_bytes)} ({self.parameters:,} parameters: "
             f"{format_bytes(self.state_bytes)} with their training state; input {format_bytes(self.input_bytes)}; "
@@ -224,20 +287,30 @@ def estimate_model_memory(
         If ``budget`` is given and the estimate is over it.
     """
     mode = _FloatTensorsOnMeta(budget, copies=4 if training else 1)
+    _ACTIVE.append(mode)
     try:
-        with mode:
+        with mode, warnings.catch_warnings():
+            warnings.simplefilter(
+                "ignore"
+            )  # a constructor's warnings belong to the real build, not the sizing
             model = build()
     except Exception:
         if mode.refusal is None:
             raise
+    finally:
+        _ACTIVE.remove(mode)
     if mode.refusal is not None:  # raised inside the build, even if the constructor caught it
         raise BudgetError(f"{what}: {mode.refusal}; lower the model's size") from None
     if not isinstance(model, nn.Module):
-        raise TypeError(f"estimate_model_memory: expected build() to return a torch.nn.Module, got {type(model).__name__}")
+        raise TypeError(
+            f"estimate_model_memory: expected build() to return a torch.nn.Module, got {type(model).__name__}"
+        )
     tensors = {id(t): t for t in [*model.parameters(), *model.buffers()]}
     parameters = sum(p.numel() for p in model.parameters())
     parameter_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
-    state = parameter_bytes + (3 * sum(p.numel() * p.element_size() for p in model.parameters()) if training else 0)
+    state = parameter_bytes + (
+        3 * sum(p.numel() * p.element_size() for p in model.parameters()) if training else 0
+    )
     inputs = tensor_bytes(input_shape, dtype)
     partial = MemoryEstimate(parameters, parameter_bytes, state, inputs, None)
     if budget is not None:
@@ -249,7 +322,9 @@ def estimate_model_memory(
     return estimate
 
 
-def _meta_activations(model: nn.Module, input_shape: Sequence[int], dtype: torch.dtype) -> int | None:
+def _meta_activations(
+    model: nn.Module, input_shape: Sequence[int], dtype: torch.dtype
+) -> int | None:
     """Bytes of every module's tensor outputs in a forward pass on ``meta`` tensors, or ``None``."""
     if any(not t.is_meta for t in model.parameters()):
         return None  # a model with real weights cannot take a meta input

@@ -11,7 +11,11 @@ from typing import NoReturn
 __all__ = ["main"]
 
 #: Modules that each provide ``register(subparsers)`` adding one subcommand.
-COMMAND_MODULES: list[str] = ["groupattn.training._command", "groupattn.training._demo", "groupattn.check._command"]
+COMMAND_MODULES: list[str] = [
+    "groupattn.training._command",
+    "groupattn.training._demo",
+    "groupattn.check._command",
+]
 
 
 def _cmd_groups(args: argparse.Namespace) -> int:
@@ -29,10 +33,14 @@ def _cmd_groups(args: argparse.Namespace) -> int:
             report = check_group_axioms(g)
             ok &= report.ok
             row.append(
-                f"ok (action on {report.action})" if report.ok else "FAILED: " + "; ".join(report.failures[:3])
+                f"ok (action on {report.action})"
+                if report.ok
+                else "FAILED: " + "; ".join(report.failures[:3])
             )
         rows.append(row)
-    header = ["key", "name", "order", "generators"] + (["axioms and action laws"] if args.check else [])
+    header = ["key", "name", "order", "generators"] + (
+        ["axioms and action laws"] if args.check else []
+    )
     widths = [max(len(r[i]) for r in [*rows, header]) for i in range(len(header))]
     print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
     for r in rows:
@@ -79,7 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     that is not installed).
     """
     parser = _Parser(
-        prog="groupattn", description=__doc__, epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="groupattn",
+        description=__doc__,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"groupattn {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)

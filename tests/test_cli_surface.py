@@ -27,7 +27,9 @@ def constant_model(**_: object) -> nn.Module:
     class Constant(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.bias = nn.Parameter(torch.tensor([5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]))
+            self.bias = nn.Parameter(
+                torch.tensor([5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+            )
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.bias.expand(x.shape[0], 10) + 0.0 * x.mean()
@@ -50,9 +52,18 @@ def failing_model(**_: object) -> nn.Module:
 
 
 def _run(*argv: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
     return subprocess.run(
-        [sys.executable, "-m", "groupattn", *argv], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env
+        [sys.executable, "-m", "groupattn", *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
     )
 
 
@@ -66,26 +77,44 @@ def test_version_and_python_dash_m() -> None:
 # ---------------------------------------------------------------- 1. one line, the documented code, before work
 USER_ERRORS = {
     "unknown-group": (["train", "--model", "vit", "--group", "nope"], "--group"),
-    "group-not-on-the-grid": (["train", "--model", "vit", "--group", "c8", "--limit", "8"], "--group"),
+    "group-not-on-the-grid": (
+        ["train", "--model", "vit", "--group", "c8", "--limit", "8"],
+        "--group",
+    ),
     "group-not-on-the-grid-check": (["check", "--model", "vit", "--group", "c5"], "--group"),
-    "json-folder-missing": (["train", "--model", "vit", "--json", "/nonexistent/x.json"], "/nonexistent"),
+    "json-folder-missing": (
+        ["train", "--model", "vit", "--json", "/nonexistent/x.json"],
+        "/nonexistent",
+    ),
     "lr-inf": (["train", "--model", "vit", "--lr", "inf"], "--lr"),
     "lr-nan": (["train", "--model", "vit", "--lr", "nan"], "--lr"),
     "lr-negative": (["train", "--model", "vit", "--lr", "-1"], "--lr"),
     "unknown-model": (["train", "--model", "nope"], "--model"),
     "factory-missing": (["train", "--model", "no_such_module_xyz:make"], "no_such_module_xyz"),
     "model-arg-malformed": (["train", "--model", "vit", "--model-arg", "depth"], "KEY=VALUE"),
-    "model-arg-rejected": (["train", "--model", "vit", "--model-arg", "no_such_argument=3"], "no_such_argument"),
+    "model-arg-rejected": (
+        ["train", "--model", "vit", "--model-arg", "no_such_argument=3"],
+        "no_such_argument",
+    ),
     "limit-zero": (["train", "--model", "vit", "--limit", "0"], "--limit"),
     "epochs-negative": (["train", "--model", "vit", "--epochs", "-1"], "--epochs"),
     "batch-zero": (["train", "--model", "vit", "--batch-size", "0"], "--batch-size"),
     "threads-zero": (["train", "--model", "vit", "--threads", "0"], "--threads"),
     "max-memory-junk": (["train", "--model", "vit", "--max-memory", "lots"], "--max-memory"),
     "resume-without-checkpoint": (["train", "--model", "vit", "--resume"], "--checkpoint"),
-    "data-missing": (["train", "--model", "vit", "--data", "/nonexistent/folder"], "/nonexistent/folder"),
+    "data-missing": (
+        ["train", "--model", "vit", "--data", "/nonexistent/folder"],
+        "/nonexistent/folder",
+    ),
     "demo-unknown-model": (["demo", "--models", "nope"], "nope"),
-    "demo-json-folder-missing": (["demo", "--quick", "--json", "/nonexistent/x.json"], "/nonexistent"),
-    "check-json-folder-missing": (["check", "--model", "vit", "--json", "/nonexistent/c.json"], "/nonexistent"),
+    "demo-json-folder-missing": (
+        ["demo", "--quick", "--json", "/nonexistent/x.json"],
+        "/nonexistent",
+    ),
+    "check-json-folder-missing": (
+        ["check", "--model", "vit", "--json", "/nonexistent/c.json"],
+        "/nonexistent",
+    ),
     "check-unknown-group": (["check", "--model", "vit", "--group", "nope"], "--group"),
 }
 if not torch.cuda.is_available():
@@ -108,7 +137,9 @@ def test_user_errors_are_one_line_with_code_2_before_any_work(
     assert code == 2, (code, captured.err)
     assert len(lines) == 1 and "error:" in lines[0] and mentioned in lines[0], lines
     assert "Traceback" not in captured.err
-    assert "epoch 1/" not in captured.out + captured.err and "training " not in captured.out  # nothing was trained
+    assert (
+        "epoch 1/" not in captured.out + captured.err and "training " not in captured.out
+    )  # nothing was trained
     assert seconds < 10, seconds
 
 
@@ -117,10 +148,17 @@ def test_a_crash_is_one_line_with_code_1_and_debug_shows_the_traceback(tmp_path:
     result = _run(*argv)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "runtime error: ZeroDivisionError: the model divided by zero" in lines[0]
+    assert (
+        len(lines) == 1
+        and "runtime error: ZeroDivisionError: the model divided by zero" in lines[0]
+    )
     assert "--debug" in lines[0]
     result = _run(*argv, "--debug")
-    assert result.returncode == 1 and "Traceback" in result.stderr and "ZeroDivisionError" in result.stderr
+    assert (
+        result.returncode == 1
+        and "Traceback" in result.stderr
+        and "ZeroDivisionError" in result.stderr
+    )
 
 
 def test_check_exit_codes_are_distinct_from_a_crash() -> None:
@@ -152,16 +190,34 @@ def _refuse_constant(text: str) -> None:
 
 
 def test_json_never_holds_nan_or_infinity() -> None:
-    text = json_text({"loss": float("nan"), "history": [{"loss": 1.0}, {"loss": float("inf")}], "ok": 2})
+    text = json_text(
+        {"loss": float("nan"), "history": [{"loss": 1.0}, {"loss": float("inf")}], "ok": 2}
+    )
     data = json.loads(text, parse_constant=_refuse_constant)
     assert data["loss"] is None and data["history"][1]["loss"] is None and data["ok"] == 2
     assert data["nonfinite"] == ["loss", "history[1].loss"]
     assert "nonfinite" not in json.loads(json_text({"a": 1.0}))
 
 
-def test_train_that_diverges_writes_valid_json_and_warns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_train_that_diverges_writes_valid_json_and_warns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "run.json"
-    argv = ["train", "--model", "vit", "--epochs", "1", "--limit", "64", "--batch-size", "16", "--lr", "1e30", "--json", str(out)]
+    argv = [
+        "train",
+        "--model",
+        "vit",
+        "--epochs",
+        "1",
+        "--limit",
+        "64",
+        "--batch-size",
+        "16",
+        "--lr",
+        "1e30",
+        "--json",
+        str(out),
+    ]
     assert main(argv) == 0
     from test_json_schemas import validate
 
@@ -171,10 +227,25 @@ def test_train_that_diverges_writes_valid_json_and_warns(tmp_path: Path, capsys:
     assert "diverged" in printed
 
 
-def test_train_warns_on_constant_predictions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_train_warns_on_constant_predictions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "run.json"
-    argv = ["train", "--model", "test_cli_surface:constant_model", "--group", "translations", "--epochs", "1",
-            "--limit", "32", "--lr", "1e-9", "--json", str(out)]
+    argv = [
+        "train",
+        "--model",
+        "test_cli_surface:constant_model",
+        "--group",
+        "translations",
+        "--epochs",
+        "1",
+        "--limit",
+        "32",
+        "--lr",
+        "1e-9",
+        "--json",
+        str(out),
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "(meaningless: one class for every input)" in printed
@@ -193,35 +264,90 @@ def test_limit_does_what_its_help_says(capsys: pytest.CaptureFixture[str]) -> No
 def test_threads_option_sets_torch_threads(capsys: pytest.CaptureFixture[str]) -> None:
     before = torch.get_num_threads()
     try:
-        assert main(["train", "--model", "vit", "--epochs", "0", "--limit", "8", "--threads", "1"]) == 0
+        assert (
+            main(["train", "--model", "vit", "--epochs", "0", "--limit", "8", "--threads", "1"])
+            == 0
+        )
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
 
 
 # ---------------------------------------------------------------- 3. resume that cannot mislead
-def test_resume_says_what_it_does_and_refuses_another_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_resume_says_what_it_does_and_refuses_another_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     ckpt = tmp_path / "run.pt"
-    base = ["train", "--model", "vit", "--limit", "32", "--batch-size", "16", "--checkpoint", str(ckpt)]
+    base = [
+        "train",
+        "--model",
+        "vit",
+        "--limit",
+        "32",
+        "--batch-size",
+        "16",
+        "--checkpoint",
+        str(ckpt),
+    ]
     assert main([*base, "--epochs", "1", "--resume"]) == 0
     assert f"no checkpoint at {ckpt}: starting fresh" in capsys.readouterr().out
     assert main([*base, "--epochs", "2", "--resume"]) == 0
     out = capsys.readouterr().out
     assert f"resuming from {ckpt}: 1 of 2 epochs done" in out and "stretched" in out
-    for changed, named in ((["--lr", "0.5"], "lr:"), (["--seed", "3"], "seed:"), (["--model-arg", "depth=1"], "depth"),
-                           (["--baseline"], "baseline"), (["--augment"], "augment")):
+    for changed, named in (
+        (["--lr", "0.5"], "lr:"),
+        (["--seed", "3"], "seed:"),
+        (["--model-arg", "depth=1"], "depth"),
+        (["--baseline"], "baseline"),
+        (["--augment"], "augment"),
+    ):
         assert main([*base, "--epochs", "2", "--resume", *changed]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "written by another run" in err[0] and named in err[0], err
-    assert main(["train", "--model", "vit", "--limit", "64", "--batch-size", "16", "--checkpoint", str(ckpt),
-                 "--epochs", "2", "--resume"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--model",
+                "vit",
+                "--limit",
+                "64",
+                "--batch-size",
+                "16",
+                "--checkpoint",
+                str(ckpt),
+                "--epochs",
+                "2",
+                "--resume",
+            ]
+        )
+        == 2
+    )
     assert "identity.limit: checkpoint 32, now 64" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.pt"]  # no temporary left behind
 
 
-def test_resume_from_a_corrupt_checkpoint_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_resume_from_a_corrupt_checkpoint_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     ckpt = tmp_path / "run.pt"
     ckpt.write_bytes(b"PK\x03\x04 truncated")
-    assert main(["train", "--model", "vit", "--limit", "8", "--epochs", "1", "--checkpoint", str(ckpt), "--resume"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--model",
+                "vit",
+                "--limit",
+                "8",
+                "--epochs",
+                "1",
+                "--checkpoint",
+                str(ckpt),
+                "--resume",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "run.pt" in err[0] and "truncated or foreign" in err[0]

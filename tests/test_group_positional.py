@@ -134,9 +134,7 @@ def test_window_tiling_covers_every_window_once() -> None:
 
 
 def test_orbital_table_shapes_and_errors() -> None:
-    table = OrbitalTableEncoding(
-        CyclicGroup(4), num_heads=3, lifting=False, grid=5, vector_dim=2
-    )
+    table = OrbitalTableEncoding(CyclicGroup(4), num_heads=3, lifting=False, grid=5, vector_dim=2)
     geometry = relative_geometry(CyclicGroup(4), 5, 5, None, False)
     bias, vectors = table(geometry)
     assert bias is not None and bias.shape == (3, 5 * 5 * 4)

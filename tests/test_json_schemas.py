@@ -50,8 +50,17 @@ def test_schemas_are_valid_json_schema(name: str) -> None:
         (["--model", "vit"], "certified"),
         (["--model", "vit", "--no-verify"], "certified"),
         (["--model", "vit", "--baseline"], "broken"),
-        (["--model", "test_json_schemas:crashing_model", "--group", "translations", "--input-shape", "1,1,8,8"],
-         "runtime_error"),
+        (
+            [
+                "--model",
+                "test_json_schemas:crashing_model",
+                "--group",
+                "translations",
+                "--input-shape",
+                "1,1,8,8",
+            ],
+            "runtime_error",
+        ),
     ],
     ids=["certified", "no-verify", "broken", "crash"],
 )
@@ -63,19 +72,34 @@ def test_check_output_follows_its_schema(tmp_path: Path, argv: list[str], status
 
 def test_train_output_follows_its_schema(tmp_path: Path) -> None:
     out = tmp_path / "train.json"
-    assert main(["train", "--model", "vit", "--epochs", "1", "--limit", "32", "--json", str(out)]) == 0
+    assert (
+        main(["train", "--model", "vit", "--epochs", "1", "--limit", "32", "--json", str(out)]) == 0
+    )
     data = validate("train", out)
     assert data["history"] and data["equivariance"] is not None
 
 
 def test_the_schemas_reject_what_they_should() -> None:
-    bad_train = {"model": "m", "data": "d", "resumed_from": None, "history": [{"epoch": 1, "loss": "NaN",
-                 "train_accuracy": 0.5}], "evaluation": {}, "constant_prediction": False, "equivariance": None}
+    bad_train = {
+        "model": "m",
+        "data": "d",
+        "resumed_from": None,
+        "history": [{"epoch": 1, "loss": "NaN", "train_accuracy": 0.5}],
+        "evaluation": {},
+        "constant_prediction": False,
+        "equivariance": None,
+    }
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad_train, schema("train"), cls=jsonschema.Draft202012Validator)
     with pytest.raises(jsonschema.ValidationError, match="'error' is a required property"):
-        jsonschema.validate({"status": "runtime_error", "exit_code": 1}, schema("check"),
-                            cls=jsonschema.Draft202012Validator)
+        jsonschema.validate(
+            {"status": "runtime_error", "exit_code": 1},
+            schema("check"),
+            cls=jsonschema.Draft202012Validator,
+        )
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({"status": "certified", "exit_code": 0}, schema("check"),
-                            cls=jsonschema.Draft202012Validator)
+        jsonschema.validate(
+            {"status": "certified", "exit_code": 0},
+            schema("check"),
+            cls=jsonschema.Draft202012Validator,
+        )

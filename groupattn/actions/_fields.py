@@ -52,7 +52,9 @@ def _check_channel_count(channels: Any) -> int | None:
     except TypeError:
         width = 0
     if isinstance(channels, bool) or width < 1:
-        raise ConfigurationError(f"FieldType.check: expected channels as an int >= 1 or None, got {channels!r}")
+        raise ConfigurationError(
+            f"FieldType.check: expected channels as an int >= 1 or None, got {channels!r}"
+        )
     return width
 
 
@@ -85,9 +87,13 @@ def check_grid(grid: Any, module: str = "check_grid") -> tuple[int, int]:
     try:
         height, width = (int(grid[0]), int(grid[1]))
     except (TypeError, IndexError, ValueError):
-        raise ConfigurationError(f"{module}: expected a grid (height, width), got {grid!r}") from None
+        raise ConfigurationError(
+            f"{module}: expected a grid (height, width), got {grid!r}"
+        ) from None
     if height < 1 or width < 1 or len(grid) != 2:
-        raise ConfigurationError(f"{module}: expected a grid (height, width) of positive ints, got {grid!r}")
+        raise ConfigurationError(
+            f"{module}: expected a grid (height, width) of positive ints, got {grid!r}"
+        )
     return height, width
 
 
@@ -189,7 +195,9 @@ class InvariantField(FieldType):
         group.element(g)
         return x
 
-    def check(self, x: torch.Tensor, module: str = "InvariantField", *, channels: int | None = None) -> None:
+    def check(
+        self, x: torch.Tensor, module: str = "InvariantField", *, channels: int | None = None
+    ) -> None:
         """Raise [`ShapeError`][groupattn.ShapeError] unless ``x`` is ``(B, ...)`` (``(B, C=channels, ...)`` if given)."""
         channels = _check_channel_count(channels)
         if channels is None:
@@ -222,7 +230,9 @@ class GridField(FieldType):
         y = transform_grid(x, spatial_element(group, g), "GridField")
         return _apply_channels(self.channels, group, g, y, 1)
 
-    def check(self, x: torch.Tensor, module: str = "GridField", *, channels: int | None = None) -> None:
+    def check(
+        self, x: torch.Tensor, module: str = "GridField", *, channels: int | None = None
+    ) -> None:
         """Raise [`ShapeError`][groupattn.ShapeError] unless ``x`` is an image batch ``(B, C, H, W)`` (``C = channels`` if given)."""
         channels = _check_channel_count(channels)
         if x.dim() != 4 or (channels is not None and x.shape[1] != channels):
@@ -252,7 +262,9 @@ class LiftedField(FieldType):
 
     def __post_init__(self) -> None:
         if not isinstance(self.point_group, PointGroup):
-            raise ConfigurationError(f"LiftedField: expected a point group, got {self.point_group!r}")
+            raise ConfigurationError(
+                f"LiftedField: expected a point group, got {self.point_group!r}"
+            )
 
     def group_axis_permutation(self, group: Group, g: Any) -> torch.Tensor:
         """``src`` such that ``out[:, :, j] = in[:, :, src[j]]`` on the group axis."""
@@ -273,13 +285,17 @@ class LiftedField(FieldType):
             y = y.index_select(2, self.group_axis_permutation(group, g).to(x.device))
         return _apply_channels(self.channels, group, g, y, 1)
 
-    def check(self, x: torch.Tensor, module: str = "LiftedField", *, channels: int | None = None) -> None:
+    def check(
+        self, x: torch.Tensor, module: str = "LiftedField", *, channels: int | None = None
+    ) -> None:
         """Raise [`ShapeError`][groupattn.ShapeError] unless ``x`` is ``(B, C, |H|, H, W)`` (``C = channels`` if given)."""
         channels = _check_channel_count(channels)
         n = self.point_group.order()
         if x.dim() != 5 or x.shape[2] != n or (channels is not None and x.shape[1] != channels):
             c = _channels_label(channels)
-            raise _shape_error(module, f"a lifted field (B, {c}, |{self.point_group.name}|={n}, H, W)", x)
+            raise _shape_error(
+                module, f"a lifted field (B, {c}, |{self.point_group.name}|={n}, H, W)", x
+            )
 
     def describe(self) -> str:
         return f"lifted(B,C,|{self.point_group.name}|,H,W)"
@@ -323,10 +339,16 @@ class TokenField(FieldType):
         out = torch.cat([head, body], dim=1) if self.prefix else body
         return _apply_channels(self.channels, group, g, out, 2)
 
-    def check(self, x: torch.Tensor, module: str = "TokenField", *, channels: int | None = None) -> None:
+    def check(
+        self, x: torch.Tensor, module: str = "TokenField", *, channels: int | None = None
+    ) -> None:
         """Raise [`ShapeError`][groupattn.ShapeError] unless ``x`` is ``(B, N, C)`` with ``N = num_tokens`` (``C = channels`` if given)."""
         channels = _check_channel_count(channels)
-        if x.dim() != 3 or x.shape[1] != self.num_tokens or (channels is not None and x.shape[2] != channels):
+        if (
+            x.dim() != 3
+            or x.shape[1] != self.num_tokens
+            or (channels is not None and x.shape[2] != channels)
+        ):
             raise _shape_error(
                 module,
                 f"tokens (B, N={self.num_tokens}, {_channels_label(channels)}) over a {self.grid[0]}x{self.grid[1]} grid"
@@ -337,7 +359,11 @@ class TokenField(FieldType):
 
     def describe(self) -> str:
         pg = f"x{self.point_group.name}" if self.point_group else ""
-        return f"tokens(B,N,C)[{self.grid[0]}x{self.grid[1]}{pg}" + (f"+{self.prefix}" if self.prefix else "") + "]"
+        return (
+            f"tokens(B,N,C)[{self.grid[0]}x{self.grid[1]}{pg}"
+            + (f"+{self.prefix}" if self.prefix else "")
+            + "]"
+        )
 
 
 def _is_trivial(channels: Representation | None) -> bool:
@@ -405,7 +431,9 @@ class GSetField(FieldType):
     def _key(self) -> Any:
         cached = self.__dict__.get("_cached_key")
         if cached is None:
-            gens = tuple(tuple(self.gset.permutation(g).tolist()) for g in self.gset.group.generators())
+            gens = tuple(
+                tuple(self.gset.permutation(g).tolist()) for g in self.gset.group.generators()
+            )
             cached = (self.gset.group, self.gset.num_points, gens)
             object.__setattr__(self, "_cached_key", cached)
         return cached
@@ -427,7 +455,9 @@ class GSetField(FieldType):
         return self
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.gset!r}" + (f", channels={self.channels!r})" if self.channels else ")")
+        return f"{type(self).__name__}({self.gset!r}" + (
+            f", channels={self.channels!r})" if self.channels else ")"
+        )
 
     # ------------------------------------------------------------------ the action
     @property
@@ -457,7 +487,9 @@ class GSetField(FieldType):
 
     def source_index(self, group: Group, g: Any) -> torch.Tensor:
         """Long tensor ``(N,)``: ``(g·x)[:, j] = x[:, src[j]]`` (trivial channels)."""
-        perm = self.gset_for(group).permutation(g)  # validated by the G-set (a permutation of range(N))
+        perm = self.gset_for(group).permutation(
+            g
+        )  # validated by the G-set (a permutation of range(N))
         src = torch.empty_like(perm)
         src[perm] = torch.arange(perm.numel())
         return src
@@ -472,7 +504,9 @@ class GSetField(FieldType):
         c = _channels_label(_width(channels, self.channels))
         return f"tokens (B, N={self.num_points}, {c}) of {self.gset.name}"
 
-    def check(self, x: torch.Tensor, module: str | None = None, *, channels: int | None = None) -> None:
+    def check(
+        self, x: torch.Tensor, module: str | None = None, *, channels: int | None = None
+    ) -> None:
         """Raise [`ShapeError`][groupattn.ShapeError] unless ``x`` is ``(B, N, C)`` with ``N = num_points``.
 
         ``C`` must be ``channels.dim`` of the type's representation, and ``channels``
@@ -482,7 +516,12 @@ class GSetField(FieldType):
         channels = _check_channel_count(channels)
         n = self.num_points
         wrong = self.channels is not None and x.dim() == 3 and x.shape[2] != self.channels.dim
-        if x.dim() != 3 or x.shape[1] != n or wrong or (channels is not None and x.shape[2] != channels):
+        if (
+            x.dim() != 3
+            or x.shape[1] != n
+            or wrong
+            or (channels is not None and x.shape[2] != channels)
+        ):
             raise _shape_error(module, self._expected(channels), x)
 
     def describe(self) -> str:
@@ -545,7 +584,9 @@ class SetField(GSetField):
         return f"a token set (B, N={self.num_points}, {c})"
 
     def __repr__(self) -> str:
-        return f"SetField({self.num_points}" + (f", channels={self.channels!r})" if self.channels else ")")
+        return f"SetField({self.num_points}" + (
+            f", channels={self.channels!r})" if self.channels else ")"
+        )
 
     def describe(self) -> str:
         return f"set(B,{self.num_points},C)"

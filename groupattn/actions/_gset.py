@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from .._resources import reserve
 from ..groups import FiniteGroup, Group, GroupElement, GroupError, PermutationGroup, PointGroup
 from ..groups._base import _describe
 from ._fields import FieldType, GridField, LiftedField
@@ -97,11 +98,17 @@ class GSet:
         name: str = "GSet",
     ) -> None:
         if not isinstance(group, Group):
-            raise GroupError(f"{name}: expected the acting group as a Group, got {_describe(group)}")
+            raise GroupError(
+                f"{name}: expected the acting group as a Group, got {_describe(group)}"
+            )
         if isinstance(num_points, bool) or not isinstance(num_points, int) or num_points < 0:
-            raise GroupError(f"{name}: expected the number of points as an int >= 0, got {_describe(num_points)}")
+            raise GroupError(
+                f"{name}: expected the number of points as an int >= 0, got {_describe(num_points)}"
+            )
         if not callable(permutation_fn):
-            raise GroupError(f"{name}: expected permutation_fn as a callable g -> permutation, got {_describe(permutation_fn)}")
+            raise GroupError(
+                f"{name}: expected permutation_fn as a callable g -> permutation, got {_describe(permutation_fn)}"
+            )
         self.group = group
         self.num_points = num_points
         self._fn = permutation_fn
@@ -128,7 +135,9 @@ class GSet:
                 f"got {_describe(group)}; build its action with GSet(group, num_points, permutation_fn) "
                 f"or give the generators as permutations to PermutationGroup"
             )
-        return cls(group, group.degree, lambda g: group.permutation(g), name=f"{group.name} on points")
+        return cls(
+            group, group.degree, lambda g: group.permutation(g), name=f"{group.name} on points"
+        )
 
     @classmethod
     def of_field(cls, field_type: FieldType, group: Group, shape: Sequence[int]) -> GSet:
@@ -155,11 +164,15 @@ class GSet:
         if not isinstance(field_type, FieldType):
             raise GroupError(f"GSet.of_field: expected a FieldType, got {_describe(field_type)}")
         if not isinstance(group, Group):
-            raise GroupError(f"GSet.of_field: expected the acting group as a Group, got {_describe(group)}")
+            raise GroupError(
+                f"GSet.of_field: expected the acting group as a Group, got {_describe(group)}"
+            )
         try:
             shape = tuple(int(s) for s in shape)
         except (TypeError, ValueError):
-            raise GroupError(f"GSet.of_field: expected a shape as a sequence of ints, got {_describe(shape)}") from None
+            raise GroupError(
+                f"GSet.of_field: expected a shape as a sequence of ints, got {_describe(shape)}"
+            ) from None
         if any(s < 1 for s in shape):
             raise GroupError(f"GSet.of_field: expected positive sizes, got {shape}")
         n = 1
@@ -224,10 +237,14 @@ class GSet:
                 f"{self.name}: expected permutation({e!r}) as a sequence of {n} ints, got {_describe(raw)}"
             ) from None
         if t.dtype == torch.bool or t.is_complex():
-            raise GroupError(f"{self.name}: expected permutation({e!r}) as integers, got dtype {t.dtype}")
+            raise GroupError(
+                f"{self.name}: expected permutation({e!r}) as integers, got dtype {t.dtype}"
+            )
         if t.is_floating_point():
             if not torch.equal(t, torch.round(t)):
-                raise GroupError(f"{self.name}: expected permutation({e!r}) as integers, got {_summary(t)}")
+                raise GroupError(
+                    f"{self.name}: expected permutation({e!r}) as integers, got {_summary(t)}"
+                )
         t = t.to(torch.long)
         if t.shape != (n,):
             raise GroupError(
@@ -293,7 +310,12 @@ class GSet:
         return self
 
     def _generator_permutations(self) -> list[torch.Tensor]:
-        return [self.permutation(g) for g in self.group.generators()]
+        gens = self.group.generators()
+        reserve(
+            8 * len(gens) * self.num_points * 8,
+            f"the permutations of {self.name} ({self.num_points:,} points)",
+        )
+        return [self.permutation(g) for g in gens]
 
     def orbits(self) -> torch.Tensor:
         """Orbit label of every point, shape ``(n,)``, labels ``0 … k−1``."""
@@ -313,9 +335,13 @@ class GSet:
         without listing it).
         """
         if not isinstance(self.group, FiniteGroup):
-            raise GroupError(f"{self.name}: expected a finite group for stabilizers, got {self.group.name}")
+            raise GroupError(
+                f"{self.name}: expected a finite group for stabilizers, got {self.group.name}"
+            )
         if not 0 <= point < self.num_points:
-            raise GroupError(f"{self.name}: expected a point in [0, {self.num_points}), got {point}")
+            raise GroupError(
+                f"{self.name}: expected a point in [0, {self.num_points}), got {point}"
+            )
         return [g for g in self.group.elements() if int(self.permutation(g)[point]) == point]
 
     def orbitals(self) -> torch.Tensor:
@@ -329,6 +355,11 @@ class GSet:
         """
         if self._orbitals is None:
             n = self.num_points
+            gens = len(self.group.generators())
+            reserve(
+                (gens + 4) * n * n * 8,
+                f"the orbital table of {self.name} ({n:,} points, {n * n:,} pairs)",
+            )
             pair_perms = []
             for p in self._generator_permutations():
                 pair_perms.append((p[:, None] * n + p[None, :]).reshape(-1))

@@ -86,11 +86,15 @@ def _permutation_of(m: torch.Tensor) -> torch.Tensor | None:
     return m.argmax(0)
 
 
-def _orbital_basis(perms_in: list[torch.Tensor], perms_out: list[torch.Tensor], d_in: int, d_out: int) -> torch.Tensor:
+def _orbital_basis(
+    perms_in: list[torch.Tensor], perms_out: list[torch.Tensor], d_in: int, d_out: int
+) -> torch.Tensor:
     """Normalised indicator matrices of the orbits of ``G`` on (output, input) index pairs."""
     from ._gset import connected_labels
 
-    pair_perms = [(po[:, None] * d_in + pi[None, :]).reshape(-1) for pi, po in zip(perms_in, perms_out)]
+    pair_perms = [
+        (po[:, None] * d_in + pi[None, :]).reshape(-1) for pi, po in zip(perms_in, perms_out)
+    ]
     labels = connected_labels(d_out * d_in, pair_perms).reshape(d_out, d_in)
     k = int(labels.max()) + 1 if labels.numel() else 0
     indicators = (labels[None] == torch.arange(k)[:, None, None]).to(torch.float64)
@@ -175,7 +179,9 @@ def intertwiner_basis(
     """
     for what, rep in (("rep_in", rep_in), ("rep_out", rep_out)):
         if not isinstance(rep, Representation):
-            raise GroupError(f"intertwiner_basis: expected {what} as a Representation, got {_describe(rep)}")
+            raise GroupError(
+                f"intertwiner_basis: expected {what} as a Representation, got {_describe(rep)}"
+            )
     if not isinstance(group, Group):
         raise GroupError(f"intertwiner_basis: expected a Group, got {_describe(group)}")
     if isinstance(tol, bool) or not isinstance(tol, int | float) or not 0 <= tol < 1:

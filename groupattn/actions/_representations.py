@@ -63,7 +63,9 @@ class Representation:
 
         if isinstance(self.group, PointGroup):
             return embed_point_element(se.point, self.group, "Representation")
-        raise GroupError(f"Representation: expected an element of {self.group.name}, got one of {group.name}")
+        raise GroupError(
+            f"Representation: expected an element of {self.group.name}, got one of {group.name}"
+        )
 
     def apply(self, group: Group, g: Any, x: torch.Tensor, axis: int) -> torch.Tensor:
         """Apply ``ρ(g)`` along ``axis`` of ``x``."""
@@ -95,7 +97,9 @@ class TrivialRepresentation(Representation):
     def __init__(self, dim: int, group: Group | None = None) -> None:
         self.dim = _check_dim("TrivialRepresentation", dim)
         if group is not None and not isinstance(group, Group):
-            raise GroupError(f"TrivialRepresentation: expected a Group or None, got {_describe(group)}")
+            raise GroupError(
+                f"TrivialRepresentation: expected a Group or None, got {_describe(group)}"
+            )
         self.group = group  # type: ignore[assignment]
 
     def matrix(self, g: Any, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -127,7 +131,9 @@ class RegularRepresentation(Representation):
 
     def __init__(self, group: FiniteGroup, multiplicity: int = 1) -> None:
         if not isinstance(group, Group):
-            raise GroupError(f"RegularRepresentation: expected a finite group, got {_describe(group)}")
+            raise GroupError(
+                f"RegularRepresentation: expected a finite group, got {_describe(group)}"
+            )
         if not group.is_finite or not isinstance(group, FiniteGroup):
             raise GroupError(f"RegularRepresentation: expected a finite group, got {group.name}")
         self.group = group
@@ -155,7 +161,9 @@ class RegularRepresentation(Representation):
         src = [0] * n
         for k, j in enumerate(perm):
             src[j] = k
-        idx = torch.tensor([m * n + s for m in range(self.multiplicity) for s in src], device=x.device)
+        idx = torch.tensor(
+            [m * n + s for m in range(self.multiplicity) for s in src], device=x.device
+        )
         return x.index_select(axis, idx)
 
     def __repr__(self) -> str:
@@ -194,10 +202,19 @@ class MatrixRepresentation(Representation):
         self, group: Group, dim: int, matrix_fn: Callable[[GroupElement], Any], name: str = "matrix"
     ) -> None:
         if not isinstance(group, Group):
-            raise GroupError(f"MatrixRepresentation({name}): expected a Group, got {_describe(group)}")
+            raise GroupError(
+                f"MatrixRepresentation({name}): expected a Group, got {_describe(group)}"
+            )
         if not callable(matrix_fn):
-            raise GroupError(f"MatrixRepresentation({name}): expected a callable g -> matrix, got {_describe(matrix_fn)}")
-        self.group, self.dim, self._fn, self.name = group, _check_dim(f"MatrixRepresentation({name})", dim), matrix_fn, name
+            raise GroupError(
+                f"MatrixRepresentation({name}): expected a callable g -> matrix, got {_describe(matrix_fn)}"
+            )
+        self.group, self.dim, self._fn, self.name = (
+            group,
+            _check_dim(f"MatrixRepresentation({name})", dim),
+            matrix_fn,
+            name,
+        )
 
     def matrix(self, g: Any, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         m = torch.as_tensor(self._fn(self.group.element(g)), dtype=dtype)
@@ -244,7 +261,9 @@ class DirectSumRepresentation(Representation):
         group: Group | None = None
         for rep in reps:
             if not isinstance(rep, Representation):
-                raise GroupError(f"DirectSumRepresentation: expected representations, got {_describe(rep)}")
+                raise GroupError(
+                    f"DirectSumRepresentation: expected representations, got {_describe(rep)}"
+                )
             if rep.group is not None:
                 if group is not None and rep.group != group:
                     raise GroupError(
@@ -268,7 +287,10 @@ class DirectSumRepresentation(Representation):
     def apply(self, group: Group, g: Any, x: torch.Tensor, axis: int) -> torch.Tensor:
         """Apply each summand to its own slice of ``axis`` (exact for permutation summands)."""
         parts = torch.split(x, [rep.dim for rep in self.representations], dim=axis)
-        return torch.cat([rep.apply(group, g, part, axis) for rep, part in zip(self.representations, parts)], dim=axis)
+        return torch.cat(
+            [rep.apply(group, g, part, axis) for rep, part in zip(self.representations, parts)],
+            dim=axis,
+        )
 
     def __repr__(self) -> str:
         return " ⊕ ".join(repr(rep) for rep in self.representations)

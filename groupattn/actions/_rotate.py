@@ -45,7 +45,9 @@ def rotate_image(x: torch.Tensor, angle: float) -> torch.Tensor:
         Same shape as ``x``.
     """
     if x.dim() < 2 or not x.is_floating_point():
-        raise ShapeError(f"rotate_image: expected a floating tensor (..., H, W), got {x.dtype} {tuple(x.shape)}")
+        raise ShapeError(
+            f"rotate_image: expected a floating tensor (..., H, W), got {x.dtype} {tuple(x.shape)}"
+        )
     lead, (h, w) = x.shape[:-2], x.shape[-2:]
     cy, cx = _center(h, w)
     ys, xs = torch.meshgrid(
@@ -56,9 +58,13 @@ def rotate_image(x: torch.Tensor, angle: float) -> torch.Tensor:
     # R(−θ): y' = y c + x s, x' = −y s + x c
     src_y = dy * c + dx * s + cy
     src_x = -dy * s + dx * c + cx
-    grid = torch.stack([2 * src_x / max(w - 1, 1) - 1, 2 * src_y / max(h - 1, 1) - 1], -1).to(x.dtype)
+    grid = torch.stack([2 * src_x / max(w - 1, 1) - 1, 2 * src_y / max(h - 1, 1) - 1], -1).to(
+        x.dtype
+    )
     flat = x.reshape(-1, 1, h, w)
-    out = F.grid_sample(flat, grid.expand(flat.shape[0], h, w, 2), mode="bilinear", align_corners=True)
+    out = F.grid_sample(
+        flat, grid.expand(flat.shape[0], h, w, 2), mode="bilinear", align_corners=True
+    )
     return out.reshape(*lead, h, w)
 
 
@@ -104,7 +110,9 @@ def gaussian_mixture_image(
         )
     c0 = (size - 1) / 2.0
     ys, xs = torch.meshgrid(
-        torch.arange(size, dtype=torch.float64) - c0, torch.arange(size, dtype=torch.float64) - c0, indexing="ij"
+        torch.arange(size, dtype=torch.float64) - c0,
+        torch.arange(size, dtype=torch.float64) - c0,
+        indexing="ij",
     )
     c, s = math.cos(angle), math.sin(angle)
     py, px = ys * c + xs * s, -ys * s + xs * c

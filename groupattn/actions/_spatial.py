@@ -89,7 +89,9 @@ def spatial_element(group: Group, g: Any) -> SpatialElement:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def embed_point_element(h: GroupElement, target: PointGroup, module: str = "groupattn") -> GroupElement:
+def embed_point_element(
+    h: GroupElement, target: PointGroup, module: str = "groupattn"
+) -> GroupElement:
     """Map a point-group element into ``target`` (C_n ⊂ D_n, C1 ⊂ anything, equal groups).
 
     Raises
@@ -106,7 +108,11 @@ def embed_point_element(h: GroupElement, target: PointGroup, module: str = "grou
     if isinstance(src, CyclicGroup) and isinstance(target, DihedralGroup | CyclicGroup):
         if target.n % src.n == 0:
             return target.make(src.rotation(h) * (target.n // src.n))
-    if isinstance(src, DihedralGroup) and isinstance(target, DihedralGroup) and target.n % src.n == 0:
+    if (
+        isinstance(src, DihedralGroup)
+        and isinstance(target, DihedralGroup)
+        and target.n % src.n == 0
+    ):
         return target.make(src.rotation(h) * (target.n // src.n), src.is_reflection(h))
     raise GroupError(
         f"{module}: expected an acting point group contained in {target.name}, got {src.name}"
@@ -137,7 +143,9 @@ def check_grid_size(group: Group, height: int, width: int, module: str = "groupa
         )
 
 
-def transform_grid(x: torch.Tensor, element: SpatialElement, module: str = "groupattn") -> torch.Tensor:
+def transform_grid(
+    x: torch.Tensor, element: SpatialElement, module: str = "groupattn"
+) -> torch.Tensor:
     """Apply a spatial element to the last two axes of ``x`` exactly (a pure permutation).
 
     The point part rotates (``rot90``) and reflects (``flip`` of the last axis) about
@@ -207,7 +215,9 @@ def act_on_coordinates(
         Shape ``(..., 2)``.
     """
     if coords.shape[-1:] != (2,):
-        raise ShapeError(f"act_on_coordinates: expected coordinates of shape (..., 2), got {tuple(coords.shape)}")
+        raise ShapeError(
+            f"act_on_coordinates: expected coordinates of shape (..., 2), got {tuple(coords.shape)}"
+        )
     se = spatial_element(group, g)
     out = coords
     if se.point is not None and se.point_group is not None:

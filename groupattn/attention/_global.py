@@ -47,7 +47,9 @@ def make_relative_bias(
         return CirculantRelativeBias(grid, num_heads, prefix)
     if kind == "clipped":
         return ClippedRelativeBias(grid, num_heads, prefix)
-    raise ConfigurationError(f"make_relative_bias: expected 'circulant', 'clipped' or None, got {kind!r}")
+    raise ConfigurationError(
+        f"make_relative_bias: expected 'circulant', 'clipped' or None, got {kind!r}"
+    )
 
 
 @renamed_arguments(heads="num_heads")
@@ -77,7 +79,9 @@ def check_heads(dim: int, num_heads: int, module: str = "check_heads") -> None:
     >>> check_heads(8, 2, "MyAttention")  # fine: two heads of width 4
     """
     if num_heads < 1 or dim % num_heads:
-        raise ConfigurationError(f"{module}: expected a width divisible by the number of heads {num_heads}, got {dim}")
+        raise ConfigurationError(
+            f"{module}: expected a width divisible by the number of heads {num_heads}, got {dim}"
+        )
 
 
 class GlobalSelfAttention(EquivariantModule):
@@ -132,7 +136,9 @@ class GlobalSelfAttention(EquivariantModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Attend over all tokens."""
-        q, k, v = rearrange(self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
+        q, k, v = rearrange(
+            self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads
+        )
         bias = None if self.bias is None else self.bias().unsqueeze(0)
         out = attend(q, k, v, bias, module="GlobalSelfAttention")
         return self.proj(rearrange(out, "b h n d -> b n (h d)"))

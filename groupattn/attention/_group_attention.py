@@ -70,7 +70,12 @@ class _AttendTrainableBias(torch.autograd.Function):
 
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor, module: str
+        ctx: Any,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        bias: torch.Tensor,
+        module: str,
     ) -> torch.Tensor:
         with torch.no_grad():  # a detached mask keeps the fused kernel
             out = attend(query.detach(), key.detach(), value.detach(), bias.detach(), module=module)
@@ -127,7 +132,11 @@ def _chunked_backward(
 
 
 def attend_with_bias(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor | None, module: str
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    bias: torch.Tensor | None,
+    module: str,
 ) -> torch.Tensor:
     """[`attend`][groupattn.attention.attend], with a memory-bounded gradient for a trainable bias."""
     if bias is not None and bias.requires_grad and torch.is_grad_enabled():
@@ -179,7 +188,9 @@ class _RotoTranslationAttention(nn.Module):
         if head_dim < 1:
             raise ConfigurationError(f"{name}: expected head_dim >= 1, got {head_dim}")
         if neighbourhood is not None and (neighbourhood < 1 or neighbourhood % 2 == 0):
-            raise ConfigurationError(f"{name}: expected an odd neighbourhood size k >= 1, got {neighbourhood}")
+            raise ConfigurationError(
+                f"{name}: expected an odd neighbourhood size k >= 1, got {neighbourhood}"
+            )
         setattr(self, in_name, in_width)
         setattr(self, out_name, out_width)
         self.num_heads = num_heads
@@ -197,14 +208,23 @@ class _RotoTranslationAttention(nn.Module):
             )
         elif encoding == "continuous":
             self.encoding = ContinuousGroupEncoding(
-                self.point_group, num_heads, vector_dim, additive, hidden=encoding_hidden, lifting=self.lifting
+                self.point_group,
+                num_heads,
+                vector_dim,
+                additive,
+                hidden=encoding_hidden,
+                lifting=self.lifting,
             )
         else:
-            raise ConfigurationError(f"{name}: expected encoding 'table' or 'continuous', got {encoding!r}")
+            raise ConfigurationError(
+                f"{name}: expected encoding 'table' or 'continuous', got {encoding!r}"
+            )
         self._bias_cache: tuple[Any, torch.Tensor | None, torch.Tensor | None] | None = None
         # tile side cap of local attention (see WindowTiling); k − 1 measured best for k = 3, 5
         self.max_tile = max(1, (neighbourhood or 1) - 1)
-        self._tile_cache: dict[tuple[int, int], tuple[WindowTiling, torch.Tensor, torch.Tensor]] = {}
+        self._tile_cache: dict[
+            tuple[int, int], tuple[WindowTiling, torch.Tensor, torch.Tensor]
+        ] = {}
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -225,12 +245,14 @@ class _RotoTranslationAttention(nn.Module):
         check_grid(self.point_group, height, width, self.neighbourhood, type(self).__name__)
         return relative_geometry(self.point_group, height, width, self.neighbourhood, self.lifting)
 
-    def _positional(self, geometry: RelativeGeometry, dtype: torch.dtype, device: torch.device) -> tuple[
-        torch.Tensor | None, torch.Tensor | None
-    ]:
+    def _positional(
+        self, geometry: RelativeGeometry, dtype: torch.dtype, device: torch.device
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """``(bias gathered to (heads, *index.shape), vectors (T, heads, d))``; cached in eval mode."""
         # the cache key reads parameter versions, which torch.compile cannot guard on: no cache while tracing
-        use_cache = not self.training and not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+        use_cache = (
+            not self.training and not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+        )
         key = None
         if use_cache:
             params = tuple((id(p), p._version) for p in self.encoding.parameters())
@@ -249,14 +271,20 @@ class _RotoTranslationAttention(nn.Module):
         """``x`` ``(..., C)`` → q, k, v ``(..., heads·d)``."""
         return self.qkv(x).chunk(3, dim=-1)  # type: ignore[return-value]
 
-    def _tile_indices(self, geometry: RelativeGeometry) -> tuple[WindowTiling, torch.Tensor, torch.Tensor]:
+    def _tile_indices(
+        self, geometry: RelativeGeometry
+    ) -> tuple[WindowTiling, torch.Tensor, torch.Tensor]:
         """Cached per shape: the tiling, the outside-window mask ``(P·G, S·G_key)`` and the
         table entry of every (tile query, halo key) pair ``(P·G, S·G_key)``."""
         key = (geometry.height, geometry.width)
         if key not in self._tile_cache:
             assert self.neighbourhood is not None
             tiling = window_tiling(
-                geometry.height, geometry.width, self.neighbourhood, geometry.circular, self.max_tile
+                geometry.height,
+                geometry.width,
+                self.neighbourhood,
+                geometry.circular,
+                self.max_tile,
             )
             window = tiling.window  # (P, S)
             outside = window < 0
@@ -269,7 +297,9 @@ class _RotoTranslationAttention(nn.Module):
             else:
                 entries = geometry.index[:, clamped, :]  # (G, P, S, G)
                 entries = entries.permute(1, 0, 2, 3).reshape(window.shape[0] * g, -1)
-                mask = outside[:, None, :, None].expand(-1, g, -1, g).reshape(window.shape[0] * g, -1)
+                mask = (
+                    outside[:, None, :, None].expand(-1, g, -1, g).reshape(window.shape[0] * g, -1)
+                )
             self._tile_cache[key] = (tiling, mask.contiguous(), entries.contiguous())
         return self._tile_cache[key]
 
@@ -296,13 +326,25 @@ class _RotoTranslationAttention(nn.Module):
         if not geometry.circular:
             kv = torch.cat([kv, kv.new_zeros(b, 1, *kv.shape[2:])], dim=1)
         s = tiling.halo.shape[1]
-        kv = kv.index_select(1, tiling.halo.reshape(-1).to(device)).view(b, tiles, s, g_key, 2, heads, d)
+        kv = kv.index_select(1, tiling.halo.reshape(-1).to(device)).view(
+            b, tiles, s, g_key, 2, heads, d
+        )
         k = kv[:, :, :, :, 0].permute(0, 1, 4, 2, 3, 5).reshape(b * tiles, heads, s * g_key, d)
         v = kv[:, :, :, :, 1].permute(0, 1, 4, 2, 3, 5).reshape(b * tiles, heads, s * g_key, d)
-        q = qkv[:, :, :, 0].index_select(1, tiling.queries.reshape(-1).to(device)).view(b, tiles, p, g_key, heads, d)
-        q = q.expand(b, tiles, p, g, heads, d).permute(0, 1, 4, 2, 3, 5).reshape(b * tiles, heads, p * g, d)
+        q = (
+            qkv[:, :, :, 0]
+            .index_select(1, tiling.queries.reshape(-1).to(device))
+            .view(b, tiles, p, g_key, heads, d)
+        )
+        q = (
+            q.expand(b, tiles, p, g, heads, d)
+            .permute(0, 1, 4, 2, 3, 5)
+            .reshape(b * tiles, heads, p * g, d)
+        )
         window = geometry.neighbourhood * geometry.neighbourhood  # type: ignore[operator]
-        mask = torch.zeros(outside.shape, dtype=q.dtype, device=device).masked_fill(outside.to(device), float("-inf"))
+        mask = torch.zeros(outside.shape, dtype=q.dtype, device=device).masked_fill(
+            outside.to(device), float("-inf")
+        )
         logits_bias = mask[None, None]
         if bias is not None:
             # bias: (heads, G, k²) lifting or (heads, G, k², G) group -> tile layout
@@ -315,8 +357,14 @@ class _RotoTranslationAttention(nn.Module):
             qv = torch.einsum("bepd,ted->bept", q, vectors.to(q.dtype)) / math.sqrt(d)
             pos = qv.gather(-1, entries.to(device).expand(b * tiles, heads, p * g, s * g_key))
             logits_bias = logits_bias + pos
-        out = attend_with_bias(q, k, v, logits_bias, type(self).__name__)  # (B·tiles, heads, P·G, d)
-        out = out.view(b, tiles, heads, p, g, d).permute(0, 1, 3, 4, 2, 5).reshape(b, tiles * p, g, heads * d)
+        out = attend_with_bias(
+            q, k, v, logits_bias, type(self).__name__
+        )  # (B·tiles, heads, P·G, d)
+        out = (
+            out.view(b, tiles, heads, p, g, d)
+            .permute(0, 1, 3, 4, 2, 5)
+            .reshape(b, tiles * p, g, heads * d)
+        )
         return out.index_select(1, tiling.untile.to(device))
 
     def _check_input(self, x: torch.Tensor) -> None:
@@ -343,7 +391,9 @@ class _RotoTranslationAttention(nn.Module):
             acting = point_group_of(group)
         except GroupError as err:
             return Contract.unknown(f"{name}: {err}", in_t)
-        has_translations = isinstance(group, TorusTranslations | GridTranslations | RotoTranslationGroup)
+        has_translations = isinstance(
+            group, TorusTranslations | GridTranslations | RotoTranslationGroup
+        )
         if has_translations and not self.exact:
             return Contract.breaks(
                 f"{name} with {self.point_group.name} uses planar (non-circular) offsets: not equivariant "
@@ -451,7 +501,9 @@ class GroupSelfAttention(_RotoTranslationAttention):
     in_channels = DeprecatedAttribute("dim")
     out_channels = DeprecatedAttribute("out_dim")
 
-    @renamed_arguments(in_channels="dim", out_channels="out_dim", head_channels="head_dim", size="grid")
+    @renamed_arguments(
+        in_channels="dim", out_channels="out_dim", head_channels="head_dim", size="grid"
+    )
     def __init__(
         self,
         dim: int,
@@ -467,8 +519,17 @@ class GroupSelfAttention(_RotoTranslationAttention):
         encoding_hidden: int = 16,
     ) -> None:
         super().__init__(
-            dim, out_dim, point_group, num_heads, head_dim, neighbourhood, encoding, grid, additive,
-            query_position, encoding_hidden,
+            dim,
+            out_dim,
+            point_group,
+            num_heads,
+            head_dim,
+            neighbourhood,
+            encoding,
+            grid,
+            additive,
+            query_position,
+            encoding_hidden,
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

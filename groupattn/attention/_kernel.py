@@ -58,7 +58,12 @@ def attend(
 #: largest spread (max − min over a window) of the positional bias for which the
 #: factorised kernel's normaliser cannot underflow, per dtype (``exp(−spread)`` must stay
 #: a normal number); beyond it ``attend_shared_query_windows`` reports ``None``.
-_MAX_BIAS_SPREAD = {torch.float16: 9.0, torch.bfloat16: 80.0, torch.float32: 80.0, torch.float64: 700.0}
+_MAX_BIAS_SPREAD = {
+    torch.float16: 9.0,
+    torch.bfloat16: 80.0,
+    torch.float32: 80.0,
+    torch.float64: 700.0,
+}
 
 
 def attend_shared_query_windows(
@@ -122,7 +127,11 @@ def attend_shared_query_windows(
     """
     b, heads, d, height, width = query.shape
     k = neighbourhood
-    if key.shape != query.shape or value.shape[:2] != query.shape[:2] or value.shape[-2:] != query.shape[-2:]:
+    if (
+        key.shape != query.shape
+        or value.shape[:2] != query.shape[:2]
+        or value.shape[-2:] != query.shape[-2:]
+    ):
         raise ValueError(
             f"{module}: expected query, key (B, heads, d, H, W) of equal shape and value (B, heads, d_v, H, W), got "
             f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
@@ -132,10 +141,14 @@ def attend_shared_query_windows(
             f"{module}: expected an odd neighbourhood 1 <= k <= the grid side {min(height, width)}, got {k}"
         )
     if bias.dim() != 3 or bias.shape[0] != heads or bias.shape[2] != k * k:
-        raise ValueError(f"{module}: expected bias (heads={heads}, G, k²={k * k}), got {tuple(bias.shape)}")
+        raise ValueError(
+            f"{module}: expected bias (heads={heads}, G, k²={k * k}), got {tuple(bias.shape)}"
+        )
     bias = bias.to(query.dtype)
     spread = bias.amax(-1) - bias.amin(-1)
-    if not torch.compiler.is_compiling() and bool((spread > _MAX_BIAS_SPREAD.get(query.dtype, 80.0)).any()):
+    if not torch.compiler.is_compiling() and bool(
+        (spread > _MAX_BIAS_SPREAD.get(query.dtype, 80.0)).any()
+    ):
         return None
     r = k // 2
     d_v = value.shape[2]
@@ -146,7 +159,9 @@ def attend_shared_query_windows(
     def padded(x: torch.Tensor) -> torch.Tensor:
         """``(B, heads, c, H, W)`` → ``(heads, c, B, H + 2r, W + 2r)``, wrapped or zero-padded."""
         flat = x.permute(1, 2, 0, 3, 4).reshape(heads, -1, height, width)
-        return F.pad(flat, (r, r, r, r), mode=mode).view(heads, x.shape[2], b, height + 2 * r, width + 2 * r)
+        return F.pad(flat, (r, r, r, r), mode=mode).view(
+            heads, x.shape[2], b, height + 2 * r, width + 2 * r
+        )
 
     offsets = [(dy, dx) for dy in range(k) for dx in range(k)]  # row-major, as the bias
     grad = torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value, bias))
@@ -154,7 +169,9 @@ def attend_shared_query_windows(
     keys = padded(key)
     content = None if grad else q.new_empty(heads, k * k, b, height, width)
     logits = []
-    for t, (dy, dx) in enumerate(offsets):  # content logits per offset; d is small: products, not a reduction
+    for t, (dy, dx) in enumerate(
+        offsets
+    ):  # content logits per offset; d is small: products, not a reduction
         shifted = keys[..., dy : dy + height, dx : dx + width]
         if content is None:
             term = shifted[:, 0] * q[:, 0]
@@ -162,7 +179,9 @@ def attend_shared_query_windows(
                 term = term + shifted[:, c] * q[:, c]
             logits.append(term)
         else:  # inference: write in place, no per-offset temporaries
-            term = content[:, t].copy_(shifted[:, 0]).mul_(q[:, 0])  # (no out=: torch.compile rejects strided out)
+            term = (
+                content[:, t].copy_(shifted[:, 0]).mul_(q[:, 0])
+            )  # (no out=: torch.compile rejects strided out)
             for c in range(1, d):
                 term.addcmul_(shifted[:, c], q[:, c])
     if content is None:
@@ -177,11 +196,15 @@ def attend_shared_query_windows(
         dy, dx = offsets[t]
         return values[..., dy : dy + height, dx : dx + width] * weights[:, None, t]
 
-    denominator = torch.matmul(table, weights.reshape(heads, k * k, -1)).view(heads, 1, g, b, height, width)
+    denominator = torch.matmul(table, weights.reshape(heads, k * k, -1)).view(
+        heads, 1, g, b, height, width
+    )
     if grad:
         # training: one matrix product over the stacked offsets (a fast backward)
         stacked = torch.stack([weighted(t) for t in range(k * k)], dim=1).reshape(heads, k * k, -1)
-        numerator = torch.matmul(table, stacked).view(heads, g, d_v, b, height, width).transpose(1, 2)
+        numerator = (
+            torch.matmul(table, stacked).view(heads, g, d_v, b, height, width).transpose(1, 2)
+        )
         return (numerator / denominator).permute(3, 0, 2, 1, 4, 5)
     # inference: write w_t · v_t offset by offset into one (heads, d_v, k², B, H, W) buffer (no
     # temporaries), then one batched matrix product per (head, channel) with the (G, k²) table
@@ -189,6 +212,10 @@ def attend_shared_query_windows(
     for t, (dy, dx) in enumerate(offsets):
         slot = stacked[:, :, t]
         slot.copy_(values[..., dy : dy + height, dx : dx + width]).mul_(weights[:, None, t])
-    numerator = torch.matmul(table[:, None], stacked.view(heads, d_v, k * k, -1))  # (heads, d_v, G, B·H·W)
+    numerator = torch.matmul(
+        table[:, None], stacked.view(heads, d_v, k * k, -1)
+    )  # (heads, d_v, G, B·H·W)
     # a view of (heads, d_v, G, B, H, W) storage: the caller's channel projection needs no copy
-    return numerator.view(heads, d_v, g, b, height, width).div_(denominator).permute(3, 0, 2, 1, 4, 5)
+    return (
+        numerator.view(heads, d_v, g, b, height, width).div_(denominator).permute(3, 0, 2, 1, 4, 5)
+    )

@@ -77,8 +77,17 @@ class LiftingSelfAttention(_RotoTranslationAttention):
         encoding_hidden: int = 16,
     ) -> None:
         super().__init__(
-            in_channels, dim, point_group, num_heads, head_dim, neighbourhood, encoding, grid, additive,
-            query_position, encoding_hidden,
+            in_channels,
+            dim,
+            point_group,
+            num_heads,
+            head_dim,
+            neighbourhood,
+            encoding,
+            grid,
+            additive,
+            query_position,
+            encoding_hidden,
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -99,10 +108,14 @@ class LiftingSelfAttention(_RotoTranslationAttention):
             queries = q.unsqueeze(2).expand(b, heads, g, n, d).reshape(b, heads, g * n, d)
             logits_bias = None if bias is None else bias.reshape(1, heads, g * n, n)
             if vectors is not None:
-                qv = torch.einsum("bend,ted->bent", q, vectors.to(q.dtype)) * scale  # (B, heads, N, T)
+                qv = (
+                    torch.einsum("bend,ted->bent", q, vectors.to(q.dtype)) * scale
+                )  # (B, heads, N, T)
                 index = geometry.index.to(x.device)  # (G, N, N)
-                pos = qv.unsqueeze(2).expand(b, heads, g, n, qv.shape[-1]).gather(
-                    -1, index.expand(b, heads, g, n, n)
+                pos = (
+                    qv.unsqueeze(2)
+                    .expand(b, heads, g, n, qv.shape[-1])
+                    .gather(-1, index.expand(b, heads, g, n, n))
                 )
                 pos = pos.reshape(b, heads, g * n, n)
                 logits_bias = pos if logits_bias is None else logits_bias + pos
@@ -110,22 +123,36 @@ class LiftingSelfAttention(_RotoTranslationAttention):
             out = rearrange(out, "b e (g n) d -> b g n (e d)", g=g)
         else:
             qkv = self.qkv(tokens)
-            if vectors is None:  # additive bias only: the factorised kernel (one content weight per pixel)
+            if (
+                vectors is None
+            ):  # additive bias only: the factorised kernel (one content weight per pixel)
                 k_side = int(self.neighbourhood or 1)
                 window = k_side * k_side
-                table = bias.reshape(heads, g, window) if bias is not None else qkv.new_zeros(heads, g, window)
-                q, k, v = qkv.view(b, height, width, 3, heads, d).permute(3, 0, 4, 5, 1, 2)  # (B, heads, d, H, W)
+                table = (
+                    bias.reshape(heads, g, window)
+                    if bias is not None
+                    else qkv.new_zeros(heads, g, window)
+                )
+                q, k, v = qkv.view(b, height, width, 3, heads, d).permute(
+                    3, 0, 4, 5, 1, 2
+                )  # (B, heads, d, H, W)
                 local = attend_shared_query_windows(
                     q, k, v, table, k_side, geometry.circular, "LiftingSelfAttention"
                 )
-                if local is not None:  # (B, heads, G, d, H, W): project channels as one matrix product
-                    channels = local.permute(1, 3, 2, 0, 4, 5).reshape(heads * d, -1)  # (heads·d, G·B·H·W)
+                if (
+                    local is not None
+                ):  # (B, heads, G, d, H, W): project channels as one matrix product
+                    channels = local.permute(1, 3, 2, 0, 4, 5).reshape(
+                        heads * d, -1
+                    )  # (heads·d, G·B·H·W)
                     out = torch.addmm(self.proj.bias[:, None], self.proj.weight, channels)
                     # explicit sizes: with an empty batch a -1 would be ambiguous
                     out = out.view(self.proj.out_features, g, b, height, width)
                     return out.permute(2, 0, 1, 3, 4)  # (B, C, G, H, W)
             # content × position term, or a bias too spread for the factorised kernel: the tiled path
-            out = self.proj(self._local_attention(qkv.view(b, n, 1, 3, heads, d), geometry, bias, vectors))
+            out = self.proj(
+                self._local_attention(qkv.view(b, n, 1, 3, heads, d), geometry, bias, vectors)
+            )
             return rearrange(out, "b (y x) g c -> b c g y x", y=height)
         out = self.proj(out)
         return rearrange(out, "b g (y x) c -> b c g y x", y=height)

@@ -115,7 +115,9 @@ class OrbitalAttention(EquivariantModule):
     ) -> None:
         if not isinstance(gset, GSet):
             raise ConfigurationError(f"OrbitalAttention: expected a GSet, got {gset!r}")
-        equivariant_channels = channels is not None and not isinstance(channels, TrivialRepresentation)
+        equivariant_channels = channels is not None and not isinstance(
+            channels, TrivialRepresentation
+        )
         if channels is not None and channels.dim != dim:
             raise ConfigurationError(
                 f"OrbitalAttention: expected dim equal to the channel representation's size {channels.dim}, got {dim}"
@@ -140,11 +142,17 @@ class OrbitalAttention(EquivariantModule):
         if kind == "orbital":
             return OrbitalBias(gset, num_heads, init_std=init_std)
         if kind == "pairwise":
-            return PairwiseBias(gset.num_points, num_heads, init_std=init_std, field_type=GSetField(gset))
-        raise ConfigurationError(f"OrbitalAttention: expected bias 'orbital', 'pairwise', None or a module, got {kind!r}")
+            return PairwiseBias(
+                gset.num_points, num_heads, init_std=init_std, field_type=GSetField(gset)
+            )
+        raise ConfigurationError(
+            f"OrbitalAttention: expected bias 'orbital', 'pairwise', None or a module, got {kind!r}"
+        )
 
     # ------------------------------------------------------------------ equivariant channels
-    def _init_equivariant_channels(self, group: Group, rep: Representation, qk_dim: int | None) -> None:
+    def _init_equivariant_channels(
+        self, group: Group, rep: Representation, qk_dim: int | None
+    ) -> None:
         invariant = intertwiner_basis(rep, TrivialRepresentation(1), group)[:, 0, :]  # (m, dim)
         mats = _representation_matrices(rep, group)
         eye = torch.eye(rep.dim, dtype=torch.float64)
@@ -166,7 +174,9 @@ class OrbitalAttention(EquivariantModule):
         std = (rep.dim / float((basis**2).sum().clamp(min=1e-12))) ** 0.5
         k = basis.shape[0]
         self.value_coefficients = nn.Parameter(torch.randn(self.num_heads, k) * std)
-        self.output_coefficients = nn.Parameter(torch.randn(self.num_heads, k) * std / self.num_heads**0.5)
+        self.output_coefficients = nn.Parameter(
+            torch.randn(self.num_heads, k) * std / self.num_heads**0.5
+        )
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:  # type: ignore[override]
         out = super()._apply(fn, recurse)
@@ -177,7 +187,9 @@ class OrbitalAttention(EquivariantModule):
                 self.__dict__[name] = self.__dict__[name].to(device)
         return out
 
-    def _forward_equivariant_channels(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    def _forward_equivariant_channels(
+        self, x: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
         c = x.shape[2]
         inv_basis = self.__dict__["invariant_basis"].to(x.dtype)
         basis = self.__dict__["value_basis"].to(x.dtype)
@@ -185,11 +197,18 @@ class OrbitalAttention(EquivariantModule):
         if self.use_norm:
             feats.append((x * x).sum(-1, keepdim=True) / c)
         q, k = rearrange(
-            self.query_key(torch.cat(feats, -1)), "b n (two h d) -> two b h n d", two=2, h=self.num_heads
+            self.query_key(torch.cat(feats, -1)),
+            "b n (two h d) -> two b h n d",
+            two=2,
+            h=self.num_heads,
         )
-        values = torch.einsum("hk,koi->hoi", self.value_coefficients.to(x.dtype), basis)  # (heads, C, C)
+        values = torch.einsum(
+            "hk,koi->hoi", self.value_coefficients.to(x.dtype), basis
+        )  # (heads, C, C)
         v = torch.einsum("bni,hoi->bhno", x, values)
-        y = attend(q.contiguous(), k.contiguous(), v, bias, module="OrbitalAttention")  # (B, heads, N, C)
+        y = attend(
+            q.contiguous(), k.contiguous(), v, bias, module="OrbitalAttention"
+        )  # (B, heads, N, C)
         outputs = torch.einsum("hk,koi->hoi", self.output_coefficients.to(x.dtype), basis)
         return torch.einsum("bhni,hoi->bno", y, outputs)
 
@@ -215,7 +234,9 @@ class OrbitalAttention(EquivariantModule):
         bias = None if self.bias is None else self.bias().unsqueeze(0)
         if self.channels is not None:
             return self._forward_equivariant_channels(x, bias)
-        q, k, v = rearrange(self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
+        q, k, v = rearrange(
+            self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads
+        )
         out = attend(q, k, v, bias, module="OrbitalAttention")
         return self.proj(rearrange(out, "b h n d -> b n (h d)"))
 

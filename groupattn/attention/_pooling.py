@@ -47,7 +47,8 @@ def _invariant_contract(
         field = input_type
     if field is None:
         return Contract.unknown(
-            f"{module}: promises nothing without a token layout (give grid=... or an input type)", input_type
+            f"{module}: promises nothing without a token layout (give grid=... or an input type)",
+            input_type,
         )
     channels = getattr(field, "channels", None)
     if channels is not None and not isinstance(channels, TrivialRepresentation):
@@ -58,9 +59,13 @@ def _invariant_contract(
         )
     n = field.num_tokens if isinstance(field, TokenField) else getattr(field, "num_points", None)
     if not isinstance(field, TokenField | GSetField) or n is None:
-        return Contract.unknown(f"{module}: expected a token layout (B, N, C), got {field.describe()}", field)
+        return Contract.unknown(
+            f"{module}: expected a token layout (B, N, C), got {field.describe()}", field
+        )
     if prefix > n:
-        return Contract.unknown(f"{module}: expected at least {prefix} tokens, got {field.describe()}", field)
+        return Contract.unknown(
+            f"{module}: expected at least {prefix} tokens, got {field.describe()}", field
+        )
     pooled = torch.arange(prefix, n)
     try:
         for g in group.generators():
@@ -166,7 +171,12 @@ class AttentionPooling(EquivariantModule):
         grid = check_grid(grid, "AttentionPooling")
         super().__init__(TokenField(grid, prefix=prefix), InvariantField(), in_channels=dim)
         self.grid = grid
-        self.dim, self.num_heads, self.num_queries, self.prefix = dim, num_heads, num_queries, prefix
+        self.dim, self.num_heads, self.num_queries, self.prefix = (
+            dim,
+            num_heads,
+            num_queries,
+            prefix,
+        )
         self.queries = nn.Parameter(torch.randn(1, num_queries, dim) * 0.02)
         self.key_value = nn.Linear(dim, 2 * dim)
         self.proj = nn.Linear(num_queries * dim, dim)
@@ -174,16 +184,25 @@ class AttentionPooling(EquivariantModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Pool the grid tokens into one vector per sample."""
         k, v = rearrange(
-            self.key_value(x[:, self.prefix :]), "b n (two h d) -> two b h n d", two=2, h=self.num_heads
+            self.key_value(x[:, self.prefix :]),
+            "b n (two h d) -> two b h n d",
+            two=2,
+            h=self.num_heads,
         )
-        q = rearrange(self.queries, "one q (h d) -> one h q d", h=self.num_heads).expand(x.shape[0], -1, -1, -1)
+        q = rearrange(self.queries, "one q (h d) -> one h q d", h=self.num_heads).expand(
+            x.shape[0], -1, -1, -1
+        )
         out = attend(q.contiguous(), k, v, module="AttentionPooling")
         return self.proj(rearrange(out, "b h q d -> b (q h d)"))
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """Invariant."""
         return _invariant_contract(
-            "AttentionPooling", group, _default_field(self.grid, self.prefix), self.prefix, input_type
+            "AttentionPooling",
+            group,
+            _default_field(self.grid, self.prefix),
+            self.prefix,
+            input_type,
         )
 
     def extra_repr(self) -> str:

@@ -110,7 +110,10 @@ class SpatialReductionAttention(EquivariantModule):
         """Attend from every token to the reduced tokens."""
         q = rearrange(self.query(self.input_norm(x)), "b n (h d) -> b h n d", h=self.num_heads)
         k, v = rearrange(
-            self.key_value(self._reduced(x)), "b m (two h d) -> two b h m d", two=2, h=self.num_heads
+            self.key_value(self._reduced(x)),
+            "b m (two h d) -> two b h m d",
+            two=2,
+            h=self.num_heads,
         )
         out = attend(q, k, v, module="SpatialReductionAttention")
         return self.proj(rearrange(out, "b h n d -> b n (h d)"))

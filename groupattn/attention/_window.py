@@ -102,7 +102,9 @@ class WindowAttention(EquivariantModule):
                 f"WindowAttention: expected a grid divisible by window {window}, got {self.grid[0]}x{self.grid[1]}"
             )
         if not 0 <= shift < window:
-            raise ConfigurationError(f"WindowAttention: expected a shift in [0, {window}), got {shift}")
+            raise ConfigurationError(
+                f"WindowAttention: expected a shift in [0, {window}), got {shift}"
+            )
         self.dim, self.num_heads, self.window_size, self.shift = dim, num_heads, window, shift
         self.anchored, self.norm, self.pre_norm = anchored, norm, pre_norm
         self.input_norm: nn.Module = nn.LayerNorm(dim) if pre_norm else nn.Identity()
@@ -117,13 +119,17 @@ class WindowAttention(EquivariantModule):
         position[order] = torch.arange(h * w)
         self.register_buffer("window_rows", order // w, persistent=False)
         self.register_buffer("window_cols", order % w, persistent=False)
-        self.register_buffer("window_position", position, persistent=False)  # grid index -> window order
+        self.register_buffer(
+            "window_position", position, persistent=False
+        )  # grid index -> window order
         self.register_buffer("grid_rows", ys.reshape(-1), persistent=False)
         self.register_buffer("grid_cols", xs.reshape(-1), persistent=False)
 
     def _window_attention(self, windows: torch.Tensor) -> torch.Tensor:
         """Attention inside each window: ``(B·windows, M², C) → (B·windows, M², C)``."""
-        q, k, v = rearrange(self.qkv(windows), "n t (three h d) -> three n h t d", three=3, h=self.num_heads)
+        q, k, v = rearrange(
+            self.qkv(windows), "n t (three h d) -> three n h t d", three=3, h=self.num_heads
+        )
         bias = None if self.bias is None else self.bias().unsqueeze(0)
         out = attend(q, k, v, bias, module="WindowAttention")
         return self.proj(rearrange(out, "n h t d -> n t (h d)"))
@@ -142,12 +148,16 @@ class WindowAttention(EquivariantModule):
         else:
             frame = torch.zeros(b, 2, dtype=torch.long, device=x.device)
         shift_y, shift_x = frame[:, 0] + self.shift, frame[:, 1] + self.shift
-        to_windows = shifted_token_index(shift_y, shift_x, self.grid, self.window_rows, self.window_cols)
+        to_windows = shifted_token_index(
+            shift_y, shift_x, self.grid, self.window_rows, self.window_cols
+        )
         windows = gather_tokens(self.input_norm(x), to_windows)
         m2 = self.window_size * self.window_size
         n = self.grid[0] * self.grid[1]
         # explicit sizes: with an empty batch a -1 would be ambiguous
-        out = self._window_attention(windows.reshape(b * (n // m2), m2, self.dim)).reshape(b, n, self.dim)
+        out = self._window_attention(windows.reshape(b * (n // m2), m2, self.dim)).reshape(
+            b, n, self.dim
+        )
         back = shifted_token_index(-shift_y, -shift_x, self.grid, self.grid_rows, self.grid_cols)
         return gather_tokens(out, self.window_position[back])
 

@@ -24,11 +24,11 @@ def argmax_with_margin(
     """Best candidate per sample and the gap between the two best scores.
 
     The scores are cast up to the score dtype (float64, see
-    :func:`~groupattn.canonical.score_dtype`; exact) before the margin is taken, so the
+    [`score_dtype`][groupattn.canonical.score_dtype]; exact) before the margin is taken, so the
     margin of low-precision scores is their exact difference. Ties are resolved
     deterministically: the **lowest index** among the best scores wins (``torch.argmax``
     returns the first maximum), and the margin is then exactly 0. Every decision is
-    reported to :func:`~groupattn.canonical.record_canonicalizations` when a recording is
+    reported to [`record_canonicalizations`][groupattn.canonical.record_canonicalizations] when a recording is
     active (ties, near-ties within the rounding of ``input_dtype``, NaN scores).
 
     Parameters
@@ -75,11 +75,11 @@ class ArgmaxCanonicalizer(nn.Module):
     ``k* = argmax_k`` (lowest ``k`` on a tie) and returns ``g_{k*} · x``. This is the
     reference implementation for any finite group and field type (orientation
     canonicalization for C4 / D4 is this class with the rotations, or rotations and
-    reflections, as candidates); polyphase anchoring (:class:`PolyphaseAnchor`) is a fast
+    reflections, as candidates); polyphase anchoring ([`PolyphaseAnchor`][groupattn.canonical.PolyphaseAnchor]) is a fast
     special case for translations.
 
     Precision: the candidates are moved in the input's dtype (the output keeps it), but
-    scored on a copy cast up to float64 (:func:`~groupattn.canonical.score_dtype`) with
+    scored on a copy cast up to float64 ([`score_dtype`][groupattn.canonical.score_dtype]) with
     autocast disabled, so the decision does not depend on the precision the network
     runs in (bf16 / fp16 autocast, bf16 weights). A score function with parameters of
     its own (a learned score) may need its input in their dtype: pass
@@ -87,7 +87,9 @@ class ArgmaxCanonicalizer(nn.Module):
 
     Contract: *canonicalizing* — ``f(h·x) = h'·f(x)`` for a data-dependent ``h'`` of
     ``output_group`` (by default the acting group; when the candidates are all elements
-    of the group the output is invariant up to ties).
+    of the group the output is invariant up to ties) — with ``fixed_precision=True``
+    only: scores rounded in the input's dtype can tie where float64 ones do not, so with
+    ``fixed_precision=False`` nothing is promised and the checker reports *unverified*.
 
     Parameters
     ----------
@@ -103,7 +105,8 @@ class ArgmaxCanonicalizer(nn.Module):
     output_group
         The group acting on the output, if it differs from ``group``.
     fixed_precision
-        Score in float64 (default) rather than in the input's dtype.
+        Score in float64 (default) rather than in the input's dtype; ``False`` gives up
+        the contract (see above).
 
     Examples
     --------
@@ -132,7 +135,9 @@ class ArgmaxCanonicalizer(nn.Module):
         self.field_type = field_type or GridField()
         elems = group.elements() if candidates is None else [group.element(c) for c in candidates]
         if not elems:
-            raise GroupError("ArgmaxCanonicalizer: expected at least one candidate element, got none")
+            raise GroupError(
+                "ArgmaxCanonicalizer: expected at least one candidate element, got none"
+            )
         self.candidates: list[GroupElement] = elems
         self.output_group = output_group
         self.fixed_precision = bool(fixed_precision)
@@ -149,7 +154,7 @@ class ArgmaxCanonicalizer(nn.Module):
         -------
         Canonicalized
             ``output`` same shape as ``x``; ``frame`` long ``(B,)`` index into
-            :attr:`candidates`; ``margin`` ``(B,)`` in the score dtype (float64).
+            ``candidates``; ``margin`` ``(B,)`` in the score dtype (float64).
         """
         self.field_type.check(x, "ArgmaxCanonicalizer")
         moved = torch.stack([self.field_type.act(self.group, g, x) for g in self.candidates])
@@ -167,10 +172,23 @@ class ArgmaxCanonicalizer(nn.Module):
         return Canonicalized(output, index, margin)
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
-        """Canonicalizing under :attr:`group` with :attr:`field_type` in and out."""
+        """Canonicalizing under ``group`` with ``field_type`` in and out.
+
+        Only with ``fixed_precision=True``: scored in the input's dtype, two candidates
+        whose exact scores differ can round to a tie, which the lowest index then breaks
+        — a choice that does not move with the input — so with ``fixed_precision=False``
+        nothing is promised (the checker reports the network *unverified*).
+        """
         if group != self.group:
             return Contract.unknown(
                 f"ArgmaxCanonicalizer: scores candidates of {self.group.name}, not {group.name}",
+                input_type or self.field_type,
+            )
+        if not self.fixed_precision:
+            return Contract.unknown(
+                "ArgmaxCanonicalizer: with fixed_precision=False its scores are computed in the input's "
+                "dtype, whose rounding can tie candidates and break the tie by index; expected "
+                "fixed_precision=True (scores in float64) for a canonicalizing contract",
                 input_type or self.field_type,
             )
         return Contract.canonicalizing(self.field_type, self.field_type, self.output_group)

@@ -16,7 +16,7 @@ index ``k`` and are reported by a margin of exactly 0.
 Precision
 ---------
 The polyphase norms (the decision scores) are computed in float64 with autocast
-disabled, from the received tensor cast up (see :mod:`groupattn.canonical._precision`);
+disabled, from the received tensor cast up (see ``groupattn.canonical._precision``);
 the roll, the gather and every other part of the data path run in the input's dtype, so
 anchoring a bf16 / fp16 tensor gives a bf16 / fp16 tensor, bit for bit a permutation of
 the input.
@@ -103,7 +103,7 @@ def polyphase_norms(
     Returns
     -------
     torch.Tensor
-        ``(B, s²)`` in float64 (the score dtype, :func:`~groupattn.canonical.score_dtype`),
+        ``(B, s²)`` in float64 (the score dtype, [`score_dtype`][groupattn.canonical.score_dtype]),
         computed with autocast disabled whatever the dtype of ``x``; column
         ``k = py·s + px`` is the norm of ``x[..., py::s, px::s]``.
     """
@@ -119,7 +119,7 @@ def polyphase_norms(
 def _norms(
     x: torch.Tensor, stride: int, norm: str, grid: tuple[int, int] | None, height: int, width: int
 ) -> torch.Tensor:
-    """:func:`polyphase_norms` after the checks, in the dtype of ``x`` (``(B, s²)``)."""
+    """[`polyphase_norms`][groupattn.canonical.polyphase_norms] after the checks, in the dtype of ``x`` (``(B, s²)``)."""
     b = x.shape[0]
     if grid is None:
         # Per-pixel channel reduction as one batched matrix product (ones @ |x|^p): much
@@ -172,7 +172,9 @@ def _gather_roll(
         b, c, height, width = x.shape
         index = _roll_index(shift_y, shift_x, height, width)
         flat = x.reshape(b, c, height * width)
-        return torch.gather(flat, 2, index[:, None, :].expand(b, c, height * width)).reshape(x.shape)
+        return torch.gather(flat, 2, index[:, None, :].expand(b, c, height * width)).reshape(
+            x.shape
+        )
     return gather_tokens(x, _roll_index(shift_y, shift_x, grid[0], grid[1]))
 
 
@@ -209,7 +211,7 @@ def shifted_token_index(
     """Per-sample source index of a circular shift composed with a fixed token order.
 
     ``index[b, t] = ((rows[t] + shift_y[b]) mod h) · w + (cols[t] + shift_x[b]) mod w``:
-    with :func:`gather_tokens`, output token ``t`` reads grid position
+    with [`gather_tokens`][groupattn.canonical.gather_tokens], output token ``t`` reads grid position
     ``(rows[t], cols[t])`` of the sample rolled by ``(−shift_y[b], −shift_x[b])``. With
     ``(rows, cols)`` listing the grid in window order this fuses anchoring, Swin's
     cyclic shift and window partition into a single copy.
@@ -242,7 +244,7 @@ def polyphase_phase(
     Parameters
     ----------
     x, stride, norm, grid
-        As for :func:`polyphase_anchor`.
+        As for [`polyphase_anchor`][groupattn.canonical.polyphase_anchor].
 
     Returns
     -------
@@ -289,7 +291,12 @@ def polyphase_anchor(
 
 
 def _check_frame(module: str, frame: torch.Tensor, batch: int) -> None:
-    if frame.dim() != 2 or frame.shape[1] != 2 or frame.shape[0] != batch or frame.is_floating_point():
+    if (
+        frame.dim() != 2
+        or frame.shape[1] != 2
+        or frame.shape[0] != batch
+        or frame.is_floating_point()
+    ):
         raise GroupError(
             f"{module}: expected an integer frame of shape ({batch}, 2), got "
             f"{frame.dtype} of shape {tuple(frame.shape)}"
@@ -299,7 +306,7 @@ def _check_frame(module: str, frame: torch.Tensor, batch: int) -> None:
 def polyphase_unanchor(
     x: torch.Tensor, frame: torch.Tensor, grid: tuple[int, int] | None = None
 ) -> torch.Tensor:
-    """Undo :func:`polyphase_anchor`: roll each sample back by its frame.
+    """Undo [`polyphase_anchor`][groupattn.canonical.polyphase_anchor]: roll each sample back by its frame.
 
     Contract: frame-restoring — ``polyphase_unanchor(polyphase_anchor(x).output, frame)``
     is ``x`` exactly, and so is anything equivariant computed in between.
@@ -309,7 +316,7 @@ def polyphase_unanchor(
     x
         Images ``(B, C, H, W)``, or tokens ``(B, H·W, C)`` when ``grid`` is given.
     frame
-        Long ``(B, 2)`` from :func:`polyphase_anchor`.
+        Long ``(B, 2)`` from [`polyphase_anchor`][groupattn.canonical.polyphase_anchor].
     grid
         The token grid for token input.
 
@@ -333,7 +340,9 @@ def _torus_stride(group: Group, shape: tuple[int, int]) -> int | None:
     return group.stride
 
 
-def _not_translations(module: str, group: Group, shape: tuple[int, int], input_type: Any) -> Contract:
+def _not_translations(
+    module: str, group: Group, shape: tuple[int, int], input_type: Any
+) -> Contract:
     return Contract.unknown(
         f"{module}: promises nothing for {group.name}; expected translations of the "
         f"{shape[0]}x{shape[1]} torus",
@@ -342,7 +351,7 @@ def _not_translations(module: str, group: Group, shape: tuple[int, int], input_t
 
 
 class PolyphaseAnchor(nn.Module):
-    """Polyphase anchoring as a module (see :func:`polyphase_anchor`).
+    """Polyphase anchoring as a module (see [`polyphase_anchor`][groupattn.canonical.polyphase_anchor]).
 
     Contract: under ``TorusTranslations(H, W)`` *canonicalizing* with output group
     ``TorusTranslations(H/s, W/s, stride=s)``; under a subgroup whose stride is a
@@ -377,8 +386,10 @@ class PolyphaseAnchor(nn.Module):
         self.image_size = image_size
 
     def forward(self, x: torch.Tensor) -> Canonicalized:
-        """Anchor ``x`` (images ``(B, C, H, W)`` or tokens ``(B, N, C)``); see :func:`polyphase_anchor`."""
-        _check_divisible("PolyphaseAnchor", _spatial_shape("PolyphaseAnchor", x, self.grid), self.stride)
+        """Anchor ``x`` (images ``(B, C, H, W)`` or tokens ``(B, N, C)``); see [`polyphase_anchor`][groupattn.canonical.polyphase_anchor]."""
+        _check_divisible(
+            "PolyphaseAnchor", _spatial_shape("PolyphaseAnchor", x, self.grid), self.stride
+        )
         return polyphase_anchor(x, self.stride, self.norm, self.grid)  # type: ignore[arg-type]
 
     def _shape(self, group: Group) -> tuple[int, int]:
@@ -401,17 +412,22 @@ class PolyphaseAnchor(nn.Module):
             return Contract.equivariant(field, field)
         if acting != 1:
             return Contract.unknown(
-                f"PolyphaseAnchor: stride {self.stride} does not divide the acting stride {acting}", field
+                f"PolyphaseAnchor: stride {self.stride} does not divide the acting stride {acting}",
+                field,
             )
-        out_group = TorusTranslations(shape[0] // self.stride, shape[1] // self.stride, stride=self.stride)
+        out_group = TorusTranslations(
+            shape[0] // self.stride, shape[1] // self.stride, stride=self.stride
+        )
         return Contract.canonicalizing(field, field, out_group)
 
     def extra_repr(self) -> str:
-        return f"stride={self.stride}, norm={self.norm!r}" + (f", grid={self.grid}" if self.grid else "")
+        return f"stride={self.stride}, norm={self.norm!r}" + (
+            f", grid={self.grid}" if self.grid else ""
+        )
 
 
 class PolyphaseUnanchor(nn.Module):
-    """Un-anchoring: roll each sample back by its frame (see :func:`polyphase_unanchor`).
+    """Un-anchoring: roll each sample back by its frame (see [`polyphase_unanchor`][groupattn.canonical.polyphase_unanchor]).
 
     ``forward(x, frame)``. Contract: *frame-restoring* — the output is back in the frame
     of the tensor that was anchored, so it may be added to it (residual connections).
@@ -445,7 +461,7 @@ class AdaptivePolyphaseDownsample(nn.Module):
     """Adaptive polyphase sampling (APS): keep the largest-norm polyphase component.
 
     ``out[b] = x[b, :, py::s, px::s]`` for the per-sample phase ``(py, px)`` of
-    :func:`polyphase_anchor` (equal to ``polyphase_anchor(x).output[..., ::s, ::s]``).
+    [`polyphase_anchor`][groupattn.canonical.polyphase_anchor] (equal to ``polyphase_anchor(x).output[..., ::s, ::s]``).
 
     Contract: under ``TorusTranslations(H, W)`` *canonicalizing* with output group
     ``TorusTranslations(H/s, W/s)``: image translations map onto coarse translations up
@@ -461,7 +477,9 @@ class AdaptivePolyphaseDownsample(nn.Module):
         ``(H, W)``, used only to state the contract without an input.
     """
 
-    def __init__(self, stride: int, norm: Norm = "l2", image_size: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self, stride: int, norm: Norm = "l2", image_size: tuple[int, int] | None = None
+    ) -> None:
         super().__init__()
         self.stride = _check_stride("AdaptivePolyphaseDownsample", stride)
         _check_norm("AdaptivePolyphaseDownsample", norm)
@@ -487,7 +505,9 @@ class AdaptivePolyphaseDownsample(nn.Module):
         shift_x = index - shift_y * s
         rows = torch.arange(0, height, s, device=x.device)[None, :] + shift_y[:, None]
         cols = torch.arange(0, width, s, device=x.device)[None, :] + shift_x[:, None]
-        source = (rows[:, :, None] * width + cols[:, None, :]).reshape(b, 1, -1)
+        source = (rows[:, :, None] * width + cols[:, None, :]).reshape(
+            b, 1, rows.shape[1] * cols.shape[1]
+        )
         flat = x.reshape(b, c, height * width)
         output = torch.gather(flat, 2, source.expand(b, c, source.shape[2]))
         output = output.reshape(b, c, height // s, width // s)
@@ -497,7 +517,8 @@ class AdaptivePolyphaseDownsample(nn.Module):
         """See the class docstring."""
         shape = self.image_size or (
             (group.height * group.stride, group.width * group.stride)
-            if isinstance(group, TorusTranslations) else (0, 0)
+            if isinstance(group, TorusTranslations)
+            else (0, 0)
         )
         acting = _torus_stride(group, shape)
         if acting is None:
@@ -505,13 +526,18 @@ class AdaptivePolyphaseDownsample(nn.Module):
         s = self.stride
         if acting % s == 0:
             return Contract.equivariant(
-                GridField(), GridField(), TorusTranslations(shape[0] // acting, shape[1] // acting, stride=acting // s)
+                GridField(),
+                GridField(),
+                TorusTranslations(shape[0] // acting, shape[1] // acting, stride=acting // s),
             )
         if acting != 1:
             return Contract.unknown(
-                f"AdaptivePolyphaseDownsample: stride {s} does not divide the acting stride {acting}", GridField()
+                f"AdaptivePolyphaseDownsample: stride {s} does not divide the acting stride {acting}",
+                GridField(),
             )
-        return Contract.canonicalizing(GridField(), GridField(), TorusTranslations(shape[0] // s, shape[1] // s))
+        return Contract.canonicalizing(
+            GridField(), GridField(), TorusTranslations(shape[0] // s, shape[1] // s)
+        )
 
     def extra_repr(self) -> str:
         return f"stride={self.stride}, norm={self.norm!r}"
@@ -521,7 +547,7 @@ class AdaptivePolyphaseUpsample(nn.Module):
     """APS-U: put coarse values back on the phase the paired down-sampler chose.
 
     ``out[b, :, py::s, px::s] = x[b]`` and zeros elsewhere, for the frame ``(py, px)``
-    returned by :class:`AdaptivePolyphaseDownsample`. ``forward(x, frame)``.
+    returned by [`AdaptivePolyphaseDownsample`][groupattn.canonical.AdaptivePolyphaseDownsample]. ``forward(x, frame)``.
 
     Contract: *frame-restoring* — with output group ``TorusTranslations(h·s, w·s)`` for
     input translations ``TorusTranslations(h, w)``: up(down(x)) moves exactly with ``x``.

@@ -5,12 +5,12 @@ network's compute dtype (bf16 or fp16 under autocast, or bf16 weights and input)
 candidates whose scores differ by less than one step of that dtype would round to the same
 value and tie; a tie goes to the lowest index, and that rule does not move with the input,
 so the model would lose its exact equivariance in low precision only. Every canonicalizer
-in :mod:`groupattn.canonical` therefore
+in [`groupattn.canonical`][groupattn.canonical] therefore
 
-* casts the tensor it receives up to :data:`SCORE_DTYPE` (float64; float32 on devices
+* casts the tensor it receives up to [`SCORE_DTYPE`][groupattn.canonical.SCORE_DTYPE] (float64; float32 on devices
   without float64, i.e. Apple ``mps``) — exact, so the scores are a function of the
   received values alone, not of how earlier layers were computed;
-* computes its scores with autocast disabled (:func:`scoring`), so no matmul inside the
+* computes its scores with autocast disabled (``scoring``), so no matmul inside the
   score runs in bf16 / fp16;
 * applies its decision to the tensor as received: the data path keeps the user's dtype.
 """
@@ -41,14 +41,14 @@ def score_dtype(device: torch.device | str) -> torch.dtype:
     Returns
     -------
     torch.dtype
-        :data:`SCORE_DTYPE` (float64), or float32 on a device without float64 (``mps``).
+        [`SCORE_DTYPE`][groupattn.canonical.SCORE_DTYPE] (float64), or float32 on a device without float64 (``mps``).
     """
     kind = torch.device(device).type
     return torch.float32 if kind in _NO_FLOAT64 else SCORE_DTYPE
 
 
 def to_score_dtype(x: torch.Tensor) -> torch.Tensor:
-    """``x`` cast up to :func:`score_dtype` of its device (exact for every float dtype up to it).
+    """``x`` cast up to [`score_dtype`][groupattn.canonical.score_dtype] of its device (exact for every float dtype up to it).
 
     Integer and boolean inputs are cast too (scores are always floating point).
 

@@ -29,7 +29,13 @@ IGNORED_ARGS = frozenset({"memory_format", "layout", "device", "pin_memory", "no
 
 #: Operators tagged random whose rule reads the argument that switches the randomness on.
 RANDOM_OPS_WITH_RULES = frozenset(
-    {"aten::dropout", "aten::native_dropout", "aten::feature_dropout", "aten::alpha_dropout", "aten::scaled_dot_product_attention"}
+    {
+        "aten::dropout",
+        "aten::native_dropout",
+        "aten::feature_dropout",
+        "aten::alpha_dropout",
+        "aten::scaled_dot_product_attention",
+    }
 )
 
 
@@ -141,7 +147,9 @@ class OpCall:
             if isinstance(v, tuple):
                 return tuple(fill(x, data) for x in v)
             if isinstance(v, Moving | FrameValue | Poison):
-                raise Unverifiable(f"{self.label}: an input-dependent argument is not data of this operation")
+                raise Unverifiable(
+                    f"{self.label}: an input-dependent argument is not data of this operation"
+                )
             return v
 
         def run(data: list[torch.Tensor]) -> Any:
@@ -197,7 +205,9 @@ def _tensor_values(v: Any) -> list[Any]:
 def _structural(call: OpCall, v: Any, what: str) -> Any:
     """A non-data tensor argument (indices, masks, shapes): must be a parameter-free constant."""
     if isinstance(v, Moving | FrameValue | Poison):
-        raise Unverifiable(f"{call.label}: its {what} depends on the input (data-dependent indexing)")
+        raise Unverifiable(
+            f"{call.label}: its {what} depends on the input (data-dependent indexing)"
+        )
     if isinstance(v, Constant):
         if not v.structural:
             raise Unverifiable(f"{call.label}: its {what} depends on the parameters")

@@ -62,7 +62,13 @@ class BreakInfo:
 
     def to_json(self) -> dict[str, Any]:
         """The attributes as a JSON-serialisable dictionary (``"first_break"`` of a certificate's JSON)."""
-        return {"node": self.node, "target": self.target, "reason": self.reason, "path": self.path, "operation": self.operation}
+        return {
+            "node": self.node,
+            "target": self.target,
+            "reason": self.reason,
+            "path": self.path,
+            "operation": self.operation,
+        }
 
 
 @dataclass
@@ -239,7 +245,9 @@ class Certificate:
                 out += f", up to {self.output_frame}"
             lines.append(out)
         if self.first_break is not None:
-            lines.append(f"first break: {self.first_break.node} ({self.first_break.target}): {self.first_break.reason}")
+            lines.append(
+                f"first break: {self.first_break.node} ({self.first_break.target}): {self.first_break.reason}"
+            )
             lines.append("path: " + " -> ".join(self.first_break.path))
         if self.reason:
             lines.append(f"reason: {self.reason}")
@@ -251,7 +259,8 @@ class Certificate:
             v = self.verification
             lines.append(
                 f"numerical check: max relative error {v.max_error:.3e} over {len(v.errors)} elements "
-                f"(tolerance {v.tolerance:.1e}, {v.dtype})" + (" up to frame" if v.up_to_frame else "")
+                f"(tolerance {v.tolerance:.1e}, {v.dtype})"
+                + (" up to frame" if v.up_to_frame else "")
             )
             for tie in v.ties:
                 lines.append(f"canonicalizer tie: {tie}")
@@ -277,13 +286,22 @@ class Certificate:
         """A ``rich.table.Table`` of the nodes, coloured by status (needs ``rich``)."""
         from rich.table import Table
 
-        styles = {"broken": "bold red", "tainted": "red", "unverified": "yellow", "unchecked": "yellow"}
+        styles = {
+            "broken": "bold red",
+            "tainted": "red",
+            "unverified": "yellow",
+            "unchecked": "yellow",
+        }
         table = Table(title=f"{self.verdict.value} under {self.group.name}")
         for col in ("node", "status", "target", "output", "reason"):
             table.add_column(col)
         for r in self.records:
-            style = styles.get(r.status, "green" if r.status.startswith(("equivariant", "invariant")) else "")
-            table.add_row(r.name, r.status.value, r.target, r.description, r.reason or "", style=style)
+            style = styles.get(
+                r.status, "green" if r.status.startswith(("equivariant", "invariant")) else ""
+            )
+            table.add_row(
+                r.name, r.status.value, r.target, r.description, r.reason or "", style=style
+            )
         return table
 
     def to_json(self) -> dict[str, Any]:
@@ -299,7 +317,14 @@ class Certificate:
             "unverified": [{"node": n, "reason": r} for n, r in self.unverified],
             "reason": self.reason,
             "nodes": [
-                {"name": r.name, "op": r.op, "target": r.target, "status": r.status.value, "output": r.description, "reason": r.reason}
+                {
+                    "name": r.name,
+                    "op": r.op,
+                    "target": r.target,
+                    "status": r.status.value,
+                    "output": r.description,
+                    "reason": r.reason,
+                }
                 for r in self.records
             ],
             "disagreements": self.disagreements,
@@ -321,7 +346,11 @@ class Certificate:
         def q(text: str) -> str:
             return '"' + text.replace('"', "'") + '"'
 
-        lines = ["digraph certificate {", "  rankdir=TB;", '  node [shape=box, style="rounded,filled", fontname="Helvetica"];']
+        lines = [
+            "digraph certificate {",
+            "  rankdir=TB;",
+            '  node [shape=box, style="rounded,filled", fontname="Helvetica"];',
+        ]
         for name, data in self.graph.nodes(data=True):
             status = data.get("status", "")
             parts = [name, str(data.get("target", "")), status]
@@ -344,10 +373,14 @@ class Certificate:
             write_atomic(path, self.to_dot())
             return path
         if suffix not in ("png", "svg", "pdf"):
-            raise ValueError(f"Certificate.save_graph: expected a .dot, .png, .svg or .pdf path, got {str(path)!r}")
+            raise ValueError(
+                f"Certificate.save_graph: expected a .dot, .png, .svg or .pdf path, got {str(path)!r}"
+            )
         dot = shutil.which("dot")
         if dot is not None:
-            drawn = subprocess.run([dot, f"-T{suffix}"], input=self.to_dot().encode(), check=True, capture_output=True)
+            drawn = subprocess.run(
+                [dot, f"-T{suffix}"], input=self.to_dot().encode(), check=True, capture_output=True
+            )
             write_atomic(path, drawn.stdout)
             return path
         self._draw_matplotlib(path)
@@ -376,7 +409,9 @@ class Certificate:
         fig, ax = plt.subplots(figsize=(max(4.0, 2.2 * breadth), max(3.0, 0.7 * depth)))
         colours = [_colour(g.nodes[n].get("status", "")) for n in g.nodes]
         nx.draw_networkx_edges(g, pos, ax=ax, arrows=True, arrowsize=8, edge_color="#888888")
-        nx.draw_networkx_nodes(g, pos, ax=ax, node_color=colours, node_shape="s", node_size=500, edgecolors="#555555")
+        nx.draw_networkx_nodes(
+            g, pos, ax=ax, node_color=colours, node_shape="s", node_size=500, edgecolors="#555555"
+        )
         labels = {n: f"{n}\n{g.nodes[n].get('status', '')}" for n in g.nodes}
         nx.draw_networkx_labels(g, pos, labels=labels, ax=ax, font_size=6)
         ax.set_title(f"{self.verdict.value} under {self.group.name}")

@@ -40,12 +40,16 @@ def default_input_type(example_input: torch.Tensor, group: Group) -> FieldType:
     if len(shape) == 5:
         pg = point_group_of(group)
         if pg is None:
-            raise GroupError(f"certify: expected a group with a point group for a lifted input, got {group.name}")
+            raise GroupError(
+                f"certify: expected a group with a point group for a lifted input, got {group.name}"
+            )
         return LiftedField(pg)
     if len(shape) == 3:
         side = math.isqrt(shape[1])
         if side * side != shape[1]:
-            raise GroupError(f"certify: expected a square number of tokens (B, N, C), got N={shape[1]}; pass input_type")
+            raise GroupError(
+                f"certify: expected a square number of tokens (B, N, C), got N={shape[1]}; pass input_type"
+            )
         return TokenField((side, side))
     if len(shape) == 2:
         return InvariantField()

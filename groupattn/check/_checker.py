@@ -145,19 +145,37 @@ def certify_network(
 
 
 def _certify(
-    model: nn.Module, example_input: torch.Tensor, x_value: Moving, input_type: FieldType, output_type: FieldType | None, started: float
+    model: nn.Module,
+    example_input: torch.Tensor,
+    x_value: Moving,
+    input_type: FieldType,
+    output_type: FieldType | None,
+    started: float,
 ) -> Certificate:
     with _evaluation(model):
-        first = _run_pass(model, example_input, x_value, input_type, output_type, user_contracts=False)
+        first = _run_pass(
+            model, example_input, x_value, input_type, output_type, user_contracts=False
+        )
         result = first
         provably_broken = any(r.status == "broken" for r in first.records)
-        if first.verdict == Status.UNVERIFIED and not provably_broken and _leaves(model, True).keys() - _leaves(model, False).keys():
-            second = _run_pass(model, example_input, x_value, input_type, output_type, user_contracts=True)
+        if (
+            first.verdict == Status.UNVERIFIED
+            and not provably_broken
+            and _leaves(model, True).keys() - _leaves(model, False).keys()
+        ):
+            second = _run_pass(
+                model, example_input, x_value, input_type, output_type, user_contracts=True
+            )
             if second.verdict != Status.UNVERIFIED:
-                names = sorted(p for m, p in _leaves(model, True).items() if m not in _leaves(model, False))
+                names = sorted(
+                    p for m, p in _leaves(model, True).items() if m not in _leaves(model, False)
+                )
                 second.notes.append(
-                    "checked by the declared contracts of " + ", ".join(names) + " (their bodies could not be verified: "
-                    + (first.reason or "see the first pass") + ")"
+                    "checked by the declared contracts of "
+                    + ", ".join(names)
+                    + " (their bodies could not be verified: "
+                    + (first.reason or "see the first pass")
+                    + ")"
                 )
                 result = second
         if result.certified:
@@ -218,21 +236,45 @@ def _path(prop: Propagation, node: str) -> list[str]:
         return [node]
 
 
-def _output_info(path: str, value: Any, node: str | None, x_value: Moving, input_type: FieldType, output_type: FieldType | None) -> OutputInfo:
+def _output_info(
+    path: str,
+    value: Any,
+    node: str | None,
+    x_value: Moving,
+    input_type: FieldType,
+    output_type: FieldType | None,
+) -> OutputInfo:
     if isinstance(value, Failed):
         verdict = Status.BROKEN if value.status == "broken" else Status.UNVERIFIED
         return OutputInfo(path, verdict, reason=value.reason, node=value.origin)
     if isinstance(value, Constant):
         if not isinstance(value.first, torch.Tensor):
-            return OutputInfo(path, Status.INVARIANT, InvariantField(), node=node, reason="not a tensor")
-        return OutputInfo(path, Status.INVARIANT, InvariantField(), node=node, reason="does not depend on the input")
+            return OutputInfo(
+                path, Status.INVARIANT, InvariantField(), node=node, reason="not a tensor"
+            )
+        return OutputInfo(
+            path,
+            Status.INVARIANT,
+            InvariantField(),
+            node=node,
+            reason="does not depend on the input",
+        )
     if isinstance(value, FrameValue):
-        return OutputInfo(path, Status.UNVERIFIED, reason="returns a canonicalizer's frame", node=node)
+        return OutputInfo(
+            path, Status.UNVERIFIED, reason="returns a canonicalizer's frame", node=node
+        )
     if not isinstance(value, Moving):
         reason = getattr(value, "reason", None)
         if value is None or isinstance(value, int | float | bool | str):
-            return OutputInfo(path, Status.INVARIANT, InvariantField(), node=node, reason="not a tensor")
-        return OutputInfo(path, Status.UNVERIFIED, reason=f"an untracked value ({reason})" if reason else "an untracked value", node=node)
+            return OutputInfo(
+                path, Status.INVARIANT, InvariantField(), node=node, reason="not a tensor"
+            )
+        return OutputInfo(
+            path,
+            Status.UNVERIFIED,
+            reason=f"an untracked value ({reason})" if reason else "an untracked value",
+            node=node,
+        )
     frame = value.frame
     frame_text = frame.describe() if frame.tag else None
     if value.invariant:
@@ -244,7 +286,11 @@ def _output_info(path: str, value: Any, node: str | None, x_value: Moving, input
         preferred.append((input_type, frame.group))
     found = recognise(value, preferred)
     if found is None or (output_type is not None and found[0] != output_type):
-        what = f"the requested {output_type.describe()}" if output_type is not None else "a field type the checker knows"
+        what = (
+            f"the requested {output_type.describe()}"
+            if output_type is not None
+            else "a field type the checker knows"
+        )
         return OutputInfo(
             path,
             Status.UNVERIFIED,
@@ -268,13 +314,29 @@ def _output_info(path: str, value: Any, node: str | None, x_value: Moving, input
     return OutputInfo(path, Status.EQUIVARIANT, field, out_group, frame_text, None, node)
 
 
-def _verdict(prop: Propagation, cert: Certificate, x_value: Moving, input_type: FieldType, output_type: FieldType | None) -> Certificate:
+def _verdict(
+    prop: Propagation,
+    cert: Certificate,
+    x_value: Moving,
+    input_type: FieldType,
+    output_type: FieldType | None,
+) -> Certificate:
     cert.records = [prop.records[n] for n in prop.order if n in prop.records]  # type: ignore[misc]
     cert.graph = prop.graph
-    cert.unverified = [(r.name, r.reason or "") for r in cert.records if r.status == "unverified" and not r.inherited]
+    cert.unverified = [
+        (r.name, r.reason or "")
+        for r in cert.records
+        if r.status == "unverified" and not r.inherited
+    ]
     infos = [_output_info(p, v, n, x_value, input_type, output_type) for p, v, n in prop.outputs]
     for target, kind in prop.side_effects:
-        infos.append(OutputInfo(f"state {target}", Status.UNVERIFIED, reason=f"the model performs a {kind} of {target}: it keeps state between calls"))
+        infos.append(
+            OutputInfo(
+                f"state {target}",
+                Status.UNVERIFIED,
+                reason=f"the model performs a {kind} of {target}: it keeps state between calls",
+            )
+        )
     cert.outputs = infos  # type: ignore[attr-defined]
     tensor_infos = [i for i in infos if i.reason != "not a tensor"]
     if not tensor_infos:
@@ -287,14 +349,28 @@ def _verdict(prop: Propagation, cert: Certificate, x_value: Moving, input_type: 
         info = broken[0]
         rec = prop.records.get(info.node or "")
         where = (rec.module if rec is not None and rec.module else None) or info.node or "?"
-        cert.first_break = BreakInfo(where, rec.target if rec else "?", info.reason or "", _path(prop, info.node or ""), info.node or "")
+        cert.first_break = BreakInfo(
+            where,
+            rec.target if rec else "?",
+            info.reason or "",
+            _path(prop, info.node or ""),
+            info.node or "",
+        )
         if len(tensor_infos) > 1:
             cert.reason = f"output {info.path or 'output'} is broken"
         return cert
     if unverified:
         info = unverified[0]
         where = f"output {info.path}: " if len(tensor_infos) > 1 and info.path else ""
-        cert.reason = where + (f"{info.node}: " if info.node and info.reason and not info.reason.startswith(info.node) else "") + (info.reason or "")
+        cert.reason = (
+            where
+            + (
+                f"{info.node}: "
+                if info.node and info.reason and not info.reason.startswith(info.node)
+                else ""
+            )
+            + (info.reason or "")
+        )
         return cert
     main = tensor_infos[0]
     if all(i.verdict == Status.INVARIANT for i in tensor_infos):

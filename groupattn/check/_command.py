@@ -22,7 +22,15 @@ from typing import Any
 import torch
 
 from .._atomic import write_atomic
-from .._command_line import UsageError, add_common_arguments, check_output_path, json_text, one_line
+from .._command_line import (
+    UsageError,
+    add_common_arguments,
+    check_distinct_outputs,
+    check_output_path,
+    json_text,
+    one_line,
+    seed_value,
+)
 from .._resources import BudgetError, estimate_model_memory
 from ..actions import FieldType, GridField, spatial_element, transform_grid
 from ..groups import Group, GroupError, describe_group_names, parse_group_name
@@ -55,9 +63,11 @@ DEFAULT_VERIFY_BUDGET_S = 300.0
 
 
 def _epilog() -> str:
-    rows = "\n".join(f"  {code}  {status:<14} {_MEANINGS[status]}" for status, code in EXIT_CODES.items())
+    rows = "\n".join(
+        f"  {code}  {status:<14} {_MEANINGS[status]}" for status, code in EXIT_CODES.items()
+    )
     return (
-        "exit codes (the JSON repeats them as \"status\" and \"exit_code\"):\n"
+        'exit codes (the JSON repeats them as "status" and "exit_code"):\n'
         f"{rows}\n\n"
         "--group takes a built-in name or MODULE:FACTORY: FACTORY() returns a Group, or a\n"
         "(Group, FieldType) pair that also gives the input's field type (e.g. a G-set of tokens).\n"
@@ -77,16 +87,21 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "factory", nargs="?", metavar="MODULE:FACTORY",
+        "factory",
+        nargs="?",
+        metavar="MODULE:FACTORY",
         help="the same as --model MODULE:FACTORY (the form of groupattn 0.1, kept)",
     )
     p.add_argument(
-        "--model", metavar="NAME|MODULE:FACTORY",
+        "--model",
+        metavar="NAME|MODULE:FACTORY",
         help="a registered model name (groupattn.models.list_models()), or MODULE:FACTORY: a function of no "
         "arguments returning the model; importing and calling it runs that Python code, as `python -m` would "
         "(the syntax of groupattn train)",
     )
-    p.add_argument("--baseline", action="store_true", help="check the model's non-equivariant baseline")
+    p.add_argument(
+        "--baseline", action="store_true", help="check the model's non-equivariant baseline"
+    )
     p.add_argument(
         "--input-shape",
         help="B,C,H,W, or B,N,C for tokens (default for --model: 2 and the model's input shape)",
@@ -112,9 +127,16 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--json", metavar="FILE", help="write the certificate as JSON")
     p.add_argument("--graph", metavar="FILE", help="write the graph (.dot, .png, .svg or .pdf)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random example input")
+    p.add_argument(
+        "--seed", type=seed_value, default=0, help="seed of the random example input, in [0, 2**63)"
+    )
     add_common_arguments(p)
-    p.add_argument("--traceback", action="store_true", dest="debug", help="the same as --debug (kept for 0.1 scripts)")
+    p.add_argument(
+        "--traceback",
+        action="store_true",
+        dest="debug",
+        help="the same as --debug (kept for 0.1 scripts)",
+    )
     p.set_defaults(func=run)
 
 
@@ -143,9 +165,13 @@ def _parse_shape(text: str) -> tuple[int, ...]:
     try:
         shape = tuple(int(s) for s in text.replace("x", ",").split(",") if s.strip())
     except ValueError as err:
-        raise UsageError(f"expected --input-shape as comma-separated integers (B,C,H,W), got {text!r}") from err
+        raise UsageError(
+            f"expected --input-shape as comma-separated integers (B,C,H,W), got {text!r}"
+        ) from err
     if len(shape) < 2 or any(s < 1 for s in shape):
-        raise UsageError(f"expected --input-shape as at least two positive integers (B,C,H,W), got {text!r}")
+        raise UsageError(
+            f"expected --input-shape as at least two positive integers (B,C,H,W), got {text!r}"
+        )
     return shape
 
 
@@ -165,10 +191,14 @@ def _import(spec: str, what: str) -> Callable[..., Any]:
     try:
         module = importlib.import_module(module_name)
     except Exception as err:
-        raise UsageError(f"cannot import {module_name!r} for {what} {spec!r}: {type(err).__name__}: {err}") from err
+        raise UsageError(
+            f"cannot import {module_name!r} for {what} {spec!r}: {type(err).__name__}: {err}"
+        ) from err
     factory = getattr(module, attr, None)
     if factory is None:
-        raise UsageError(f"cannot import {spec!r} for {what}: module {module_name!r} has no attribute {attr!r}")
+        raise UsageError(
+            f"cannot import {spec!r} for {what}: module {module_name!r} has no attribute {attr!r}"
+        )
     if not callable(factory):
         raise UsageError(f"expected {what} {spec!r} to be callable, got {type(factory).__name__}")
     return factory  # type: ignore[no-any-return]
@@ -188,7 +218,9 @@ def _resolve_group(text: str, shape: tuple[int, ...]) -> tuple[Group, FieldType 
         try:
             made = factory()
         except Exception as err:
-            raise UsageError(f"--group factory {text!r} raised {type(err).__name__}: {err}") from err
+            raise UsageError(
+                f"--group factory {text!r} raised {type(err).__name__}: {err}"
+            ) from err
         if isinstance(made, Group):
             return made, None
         if (
@@ -222,7 +254,9 @@ def _plan(args: argparse.Namespace) -> _Plan:
     if args.baseline and not registry_name:
         raise UsageError("--baseline applies to a registry model only (--model NAME)")
     if not 0 < args.verify_budget < math.inf:
-        raise UsageError(f"expected --verify-budget to be positive seconds, got {args.verify_budget}")
+        raise UsageError(
+            f"expected --verify-budget to be positive seconds, got {args.verify_budget}"
+        )
     shape = _parse_shape(args.input_shape) if args.input_shape else None
     group_text = args.group
     build: Callable[[], Any]
@@ -258,19 +292,26 @@ def _plan(args: argparse.Namespace) -> _Plan:
         if input_type is None:
             from ._certify import default_input_type
 
-            if isinstance(default_input_type(meta, group), GridField):  # the group must move pixels exactly
+            if isinstance(
+                default_input_type(meta, group), GridField
+            ):  # the group must move pixels exactly
                 for g in group.generators():
                     transform_grid(meta, spatial_element(group, g), module="--group")
         else:
             input_type.check(meta, "--input-shape")
     except GroupError as err:
-        raise UsageError(f"--input-shape {','.join(map(str, shape))} does not fit the group's input: {err}") from err
+        raise UsageError(
+            f"--input-shape {','.join(map(str, shape))} does not fit the group's input: {err}"
+        ) from err
     json_path = _check_writable(args.json, "--json") if args.json else None
+    check_distinct_outputs({"--json": args.json, "--graph": args.graph})
     graph_path = None
     if args.graph:
         graph_path = _check_writable(args.graph, "--graph")
         if graph_path.suffix.lower() not in (".dot", ".gv", ".png", ".svg", ".pdf"):
-            raise UsageError(f"expected --graph to end in .dot, .png, .svg or .pdf, got {args.graph!r}")
+            raise UsageError(
+                f"expected --graph to end in .dot, .png, .svg or .pdf, got {args.graph!r}"
+            )
     _check_memory(build, shape, args)
     return _Plan(build, shape, group, input_type, json_path, graph_path)
 
@@ -282,7 +323,9 @@ def _plan(args: argparse.Namespace) -> _Plan:
 CHECK_ACTIVATION_COPIES = 5
 
 
-def _check_memory(build: Callable[[], Any], shape: tuple[int, ...], args: argparse.Namespace) -> None:
+def _check_memory(
+    build: Callable[[], Any], shape: tuple[int, ...], args: argparse.Namespace
+) -> None:
     """Refuse a model and input over ``--max-memory`` before building or allocating them.
 
     The model is built with its floating-point tensors on the ``meta`` device and run on
@@ -298,7 +341,9 @@ def _check_memory(build: Callable[[], Any], shape: tuple[int, ...], args: argpar
         return
     scale = 2 if args.verify else 1
     activations = estimate.activation_bytes or 0
-    total = scale * (estimate.input_bytes + estimate.state_bytes + CHECK_ACTIVATION_COPIES * activations)
+    total = scale * (
+        estimate.input_bytes + estimate.state_bytes + CHECK_ACTIVATION_COPIES * activations
+    )
     if total > args.max_memory:
         from .._resources import format_bytes
 
@@ -373,13 +418,17 @@ def _execute(args: argparse.Namespace, plan: _Plan) -> int:
 
     model = plan.build()
     if not isinstance(model, nn.Module):
-        raise UsageError(f"expected the model factory to return a torch.nn.Module, got {type(model).__name__}")
+        raise UsageError(
+            f"expected the model factory to return a torch.nn.Module, got {type(model).__name__}"
+        )
     generator = torch.Generator().manual_seed(args.seed)
     x = torch.randn(*plan.shape, generator=generator)
     try:  # one forward pass: the model's own check of the input, and the cost of the numerical check
         cost = estimate_verification(model, x, plan.group)
     except GroupError as err:
-        raise UsageError(f"the model rejects --input-shape {','.join(map(str, plan.shape))}: {err}") from err
+        raise UsageError(
+            f"the model rejects --input-shape {','.join(map(str, plan.shape))}: {err}"
+        ) from err
     if args.verify:
         if cost.total_s > args.verify_budget:
             raise UsageError(
@@ -388,8 +437,15 @@ def _execute(args: argparse.Namespace, plan: _Plan) -> int:
             )
     try:
         cert = certify(model, x, plan.group, input_type=plan.input_type)
-    except GroupError as err:  # the checker does not handle this input: unverified, never a crash or a pass
-        cert = Certificate(Status.UNVERIFIED, plan.group, plan.input_type, reason=f"the checker cannot check it: {err}")
+    except (
+        GroupError
+    ) as err:  # the checker does not handle this input: unverified, never a crash or a pass
+        cert = Certificate(
+            Status.UNVERIFIED,
+            plan.group,
+            plan.input_type,
+            reason=f"the checker cannot check it: {err}",
+        )
     if args.verify:
         try:
             cert = attach_verification(cert, model, x, None, budget_s=args.verify_budget)
@@ -414,7 +470,9 @@ def _execute(args: argparse.Namespace, plan: _Plan) -> int:
     print(f"status: {status} (exit {code}): {_MEANINGS[status]}")
     if plan.json_path is not None:
         data = cert.to_json()
-        data.update({"status": status, "exit_code": code, "verified": cert.verification is not None})
+        data.update(
+            {"status": status, "exit_code": code, "verified": cert.verification is not None}
+        )
         _write_atomic(plan.json_path, _json_text(data))
     if plan.graph_path is not None:
         if plan.graph_path.suffix.lower() in (".dot", ".gv"):

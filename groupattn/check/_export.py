@@ -60,7 +60,11 @@ def _leaf_op(key: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
 def _leaf_fake(key: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     call = _LEAF_CALLS[key]
     like = inputs[0]
-    return [like.new_empty(tuple(t.shape), dtype=t.dtype) for t in call.out_leaves if isinstance(t, torch.Tensor)]
+    return [
+        like.new_empty(tuple(t.shape), dtype=t.dtype)
+        for t in call.out_leaves
+        if isinstance(t, torch.Tensor)
+    ]
 
 
 def _merge(leaves: list[Any], tensors: list[torch.Tensor]) -> list[Any]:
@@ -155,7 +159,9 @@ class Exported:
 
 
 @contextlib.contextmanager
-def _leaves_patched(model: nn.Module, leaves: dict[nn.Module, str], recorded: dict[nn.Module, list[tuple[Any, Any]]]) -> Iterator[dict[int, LeafCall]]:
+def _leaves_patched(
+    model: nn.Module, leaves: dict[nn.Module, str], recorded: dict[nn.Module, list[tuple[Any, Any]]]
+) -> Iterator[dict[int, LeafCall]]:
     calls: dict[int, LeafCall] = {}
     counters = dict.fromkeys(leaves, 0)
     patched: list[nn.Module] = []
@@ -238,7 +244,9 @@ def _without_stack_traces() -> Iterator[None]:
         config.do_not_emit_stack_traces = before
 
 
-def export_for_check(model: nn.Module, example: torch.Tensor, leaves: dict[nn.Module, str]) -> Exported:
+def export_for_check(
+    model: nn.Module, example: torch.Tensor, leaves: dict[nn.Module, str]
+) -> Exported:
     """Export ``model`` on ``example`` with ``leaves`` kept whole, then functionalise.
 
     Raises
@@ -256,11 +264,15 @@ def export_for_check(model: nn.Module, example: torch.Tensor, leaves: dict[nn.Mo
         with torch.no_grad(), record_canonicalizations() as recorder:
             outputs = model(example.clone())
     except Exception as err:
-        raise Unverifiable(f"{type(model).__name__}: the model fails on the example input ({type(err).__name__}: {err})") from err
+        raise Unverifiable(
+            f"{type(model).__name__}: the model fails on the example input ({type(err).__name__}: {err})"
+        ) from err
     finally:
         for h in handles:
             h.remove()
-    tied = sum(event.num_tied for event in recorder) + sum(event.num_non_finite for event in recorder)
+    tied = sum(event.num_tied for event in recorder) + sum(
+        event.num_non_finite for event in recorder
+    )
     with _leaves_patched(model, leaves, recorded) as calls:
         try:
             with torch.no_grad(), _without_stack_traces():
@@ -287,7 +299,9 @@ def _trained_buffers(model: nn.Module, example: torch.Tensor) -> set[str]:
     try:
         twin = copy.deepcopy(model)
     except Exception:
-        return {n for n, b in model.named_buffers() if b.is_floating_point()}  # cannot tell: all float buffers
+        return {
+            n for n, b in model.named_buffers() if b.is_floating_point()
+        }  # cannot tell: all float buffers
     before = {n: b.detach().clone() for n, b in twin.named_buffers()}
     twin.train()
     try:
@@ -296,14 +310,23 @@ def _trained_buffers(model: nn.Module, example: torch.Tensor) -> set[str]:
     except Exception:
         return {n for n, b in before.items() if b.is_floating_point()}
     after = dict(twin.named_buffers())
-    return {n for n, b in before.items() if n in after and (after[n].shape != b.shape or not torch.equal(after[n], b))}
+    return {
+        n
+        for n, b in before.items()
+        if n in after and (after[n].shape != b.shape or not torch.equal(after[n], b))
+    }
 
 
 def _close(first: Any, second: Any) -> bool:
     a = [t for t in pytree.tree_leaves(first) if isinstance(t, torch.Tensor)]
     b = [t for t in pytree.tree_leaves(second) if isinstance(t, torch.Tensor)]
     return len(a) == len(b) and all(
-        x.shape == y.shape and bool(torch.allclose(x.detach().double(), y.detach().double(), rtol=1e-4, atol=1e-5, equal_nan=True))
+        x.shape == y.shape
+        and bool(
+            torch.allclose(
+                x.detach().double(), y.detach().double(), rtol=1e-4, atol=1e-5, equal_nan=True
+            )
+        )
         for x, y in zip(a, b)
     )
 
@@ -329,9 +352,15 @@ def _replay(model: nn.Module, program: Any, example: torch.Tensor) -> Any:
         with torch.no_grad():
             flat = program.graph_module(*inputs)
         flat = [flat] if isinstance(flat, torch.Tensor) else list(flat)
-        return [v for spec, v in zip(program.graph_signature.output_specs, flat) if spec.kind.name == "USER_OUTPUT"]
+        return [
+            v
+            for spec, v in zip(program.graph_signature.output_specs, flat)
+            if spec.kind.name == "USER_OUTPUT"
+        ]
     except Exception as err:
-        raise Unverifiable(f"{type(model).__name__}: its exported graph cannot be replayed ({type(err).__name__}: {err})") from err
+        raise Unverifiable(
+            f"{type(model).__name__}: its exported graph cannot be replayed ({type(err).__name__}: {err})"
+        ) from err
 
 
 def _same_function(model: nn.Module, traced: Any, example: torch.Tensor, outputs: Any) -> None:
@@ -352,13 +381,20 @@ def _same_function(model: nn.Module, traced: Any, example: torch.Tensor, outputs
     try:
         with torch.enable_grad():
             refs.append(("with gradients enabled", model(example.clone())))
-    except Exception:  # e.g. out= arguments with parameters that require grad: it cannot run that way
+    except (
+        Exception
+    ):  # e.g. out= arguments with parameters that require grad: it cannot run that way
         pass
     for name, ref in refs:
         a = [t for t in pytree.tree_leaves(traced) if isinstance(t, torch.Tensor)]
         b = [t for t in pytree.tree_leaves(ref) if isinstance(t, torch.Tensor)]
         same = len(a) == len(b) and all(
-            x.shape == y.shape and bool(torch.allclose(x.detach().double(), y.detach().double(), rtol=1e-4, atol=1e-5, equal_nan=True))
+            x.shape == y.shape
+            and bool(
+                torch.allclose(
+                    x.detach().double(), y.detach().double(), rtol=1e-4, atol=1e-5, equal_nan=True
+                )
+            )
             for x, y in zip(a, b)
         )
         if not same:

@@ -134,13 +134,19 @@ def layout_from_field(field: FieldType | None, shape: tuple[int, ...]) -> Layout
 
 
 def _channel_atoms(channels: Any, size: int) -> Dim | None:
-    if channels is None or getattr(channels, "is_trivial", False) or type(channels).__name__ == "TrivialRepresentation":
+    if (
+        channels is None
+        or getattr(channels, "is_trivial", False)
+        or type(channels).__name__ == "TrivialRepresentation"
+    ):
         return channel_dim(size)
     if isinstance(channels, RegularRepresentation):
         n = channels.group.order()
         if channels.dim != size:
             return None
-        return tuple(a for a in (Atom("C", channels.multiplicity), Atom("K", int(n or 1))) if a.size != 1)
+        return tuple(
+            a for a in (Atom("C", channels.multiplicity), Atom("K", int(n or 1))) if a.size != 1
+        )
     return None
 
 
@@ -193,20 +199,26 @@ class LayoutField(FieldType):
     def check(self, x: torch.Tensor, module: str = "LayoutField") -> None:
         expected = tuple(dim_size(d) for d in self.layout)
         if tuple(x.shape) != expected:
-            raise GroupError(f"{module}: expected a tensor of shape {expected} {describe_layout(self.layout)}, got {tuple(x.shape)}")
+            raise GroupError(
+                f"{module}: expected a tensor of shape {expected} {describe_layout(self.layout)}, got {tuple(x.shape)}"
+            )
 
     def act(self, group: Group, g: Any, x: torch.Tensor) -> torch.Tensor:
         self.check(x)
         atoms = [a for dim in self.layout for a in dim]
         if any(a.kind == "Z" for a in atoms):
-            raise GroupError(f"LayoutField: expected a tracked layout, got {describe_layout(self.layout)}")
+            raise GroupError(
+                f"LayoutField: expected a tracked layout, got {describe_layout(self.layout)}"
+            )
         se = spatial_element(group, g)
         xa = x.reshape([a.size for a in atoms]) if atoms else x.reshape(())
         ys = [i for i, a in enumerate(atoms) if a.kind == "Y"]
         xs = [i for i, a in enumerate(atoms) if a.kind == "X"]
         for iy, ix in zip(ys, xs):
-            xa = transform_grid(xa.movedim((iy, ix), (-2, -1)), se, "LayoutField").movedim((-2, -1), (iy, ix))
-        extra = ys[len(xs):] + xs[len(ys):]
+            xa = transform_grid(xa.movedim((iy, ix), (-2, -1)), se, "LayoutField").movedim(
+                (-2, -1), (iy, ix)
+            )
+        extra = ys[len(xs) :] + xs[len(ys) :]
         for i in extra:
             if se.point is not None:
                 raise GroupError(
@@ -238,7 +250,12 @@ class ProbeResult(NamedTuple):
     untracked: str | None
 
 
-_AXIS_NAMES = {"Y": "vertical spatial", "X": "horizontal spatial", "K": "point-group", "Z": "spatial"}
+_AXIS_NAMES = {
+    "Y": "vertical spatial",
+    "X": "horizontal spatial",
+    "K": "point-group",
+    "Z": "spatial",
+}
 
 
 def probe_layout(layout: Layout, source: torch.Tensor, group: Group | None) -> ProbeResult:
@@ -271,10 +288,16 @@ def probe_layout(layout: Layout, source: torch.Tensor, group: Group | None) -> P
         name = _AXIS_NAMES.get(a.kind, a.kind)
         if coord.numel() == 0 or int(torch.unique(coord).numel()) != a.size:
             kept = int(torch.unique(coord).numel()) if coord.numel() else 0
-            what = "picks a fixed position" if kept <= 1 else f"keeps only {kept} of {a.size} positions"
+            what = (
+                "picks a fixed position"
+                if kept <= 1
+                else f"keeps only {kept} of {a.size} positions"
+            )
             return ProbeResult(None, f"{what} along the {name} axis ({a.kind}{a.size})", None)
         varying = [
-            d for d in range(len(out_shape)) if out_shape[d] > 1 and bool((coord.diff(dim=d) != 0).any())
+            d
+            for d in range(len(out_shape))
+            if out_shape[d] > 1 and bool((coord.diff(dim=d) != 0).any())
         ]
         if len(varying) != 1:
             return ProbeResult(
@@ -299,7 +322,8 @@ def probe_layout(layout: Layout, source: torch.Tensor, group: Group | None) -> P
                 blocks = coord.unflatten(d, (outer, m.size, run))
                 if not bool((blocks == blocks.narrow(d + 1, 0, 1)).all()):
                     return ProbeResult(
-                        None, None,
+                        None,
+                        None,
                         f"selects channels depending on the position along the {_AXIS_NAMES.get(m.kind, m.kind)} axis",
                     )
     dims: list[Dim] = []
@@ -310,13 +334,19 @@ def probe_layout(layout: Layout, source: torch.Tensor, group: Group | None) -> P
         expected = 1
         for run, a in entries:
             if run % expected:
-                return ProbeResult(None, None, f"interleaves the {_AXIS_NAMES.get(a.kind, a.kind)} axis with another")
+                return ProbeResult(
+                    None,
+                    None,
+                    f"interleaves the {_AXIS_NAMES.get(a.kind, a.kind)} axis with another",
+                )
             if run > expected:
                 inner.append(Atom(fill, run // expected))
             inner.append(a)
             expected = run * a.size
         if size % expected:
-            return ProbeResult(None, None, "rearranges moved axes in a way the checker does not track")
+            return ProbeResult(
+                None, None, "rearranges moved axes in a way the checker does not track"
+            )
         if size > expected:
             inner.append(Atom(fill, size // expected))
         dims.append(tuple(reversed(inner)))

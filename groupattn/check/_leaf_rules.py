@@ -36,10 +36,17 @@ SEARCH_LIMIT = 256
 _ACTION_CACHE: dict[tuple[Any, ...], torch.Tensor | None] = {}
 
 
-def action_map(field: FieldType, group: Group, g: Any, shape: tuple[int, ...]) -> torch.Tensor | None:
+def action_map(
+    field: FieldType, group: Group, g: Any, shape: tuple[int, ...]
+) -> torch.Tensor | None:
     """The gather map of ``field.act(group, g, ·)`` on a tensor of ``shape`` (``None`` if it is not a permutation)."""
     try:
-        key: tuple[Any, ...] | None = (field, group, group.element(g).value if not isinstance(g, GroupElement) else g.value, tuple(shape))
+        key: tuple[Any, ...] | None = (
+            field,
+            group,
+            group.element(g).value if not isinstance(g, GroupElement) else g.value,
+            tuple(shape),
+        )
         hash(key)
     except Exception:
         key = None
@@ -53,7 +60,9 @@ def action_map(field: FieldType, group: Group, g: Any, shape: tuple[int, ...]) -
     return result
 
 
-def _action_map(field: FieldType, group: Group, g: Any, shape: tuple[int, ...]) -> torch.Tensor | None:
+def _action_map(
+    field: FieldType, group: Group, g: Any, shape: tuple[int, ...]
+) -> torch.Tensor | None:
     n = math.prod(shape)
     probe = torch.arange(n, dtype=torch.float64).reshape(shape)
     try:
@@ -91,7 +100,9 @@ def candidate_groups(group: Group, shape: tuple[int, ...]) -> list[Group]:
     return out
 
 
-def generator_map(field: FieldType, group: Group, element: Any, shape: tuple[int, ...], generator: Any) -> torch.Tensor | None:
+def generator_map(
+    field: FieldType, group: Group, element: Any, shape: tuple[int, ...], generator: Any
+) -> torch.Tensor | None:
     """The map of ``element`` by ``field``, restricted to one sample for a ``SampleGenerator``."""
     m = action_map(field, group, element, shape)
     if m is None or not isinstance(generator, SampleGenerator):
@@ -121,7 +132,12 @@ def _element_guesses(frame_group: Group, g: GroupElement, target: Group) -> list
 
 
 def match_elements(
-    field: FieldType, frame: Frame, maps: list[torch.Tensor] | None, shape: tuple[int, ...], target: Group, search: bool = True
+    field: FieldType,
+    frame: Frame,
+    maps: list[torch.Tensor] | None,
+    shape: tuple[int, ...],
+    target: Group,
+    search: bool = True,
 ) -> list[GroupElement] | None:
     """Elements of ``target`` acting (by ``field``) as each generator's map, or ``None``.
 
@@ -157,7 +173,14 @@ def match_elements(
                         if m is not None:
                             cache.append((e, m))
                 if isinstance(gen, SampleGenerator):
-                    hit = next((e for e, m in cache if torch.equal(restrict_to_sample(m, shape, gen.sample), want)), None)
+                    hit = next(
+                        (
+                            e
+                            for e, m in cache
+                            if torch.equal(restrict_to_sample(m, shape, gen.sample), want)
+                        ),
+                        None,
+                    )
                 else:
                     hit = next((e for e, m in cache if torch.equal(m, want)), None)
         if hit is None:
@@ -188,7 +211,9 @@ def _standard_types(shape: tuple[int, ...], group: Group) -> list[FieldType]:
     return types
 
 
-def recognise(value: Moving, preferred: list[tuple[FieldType, Group]]) -> tuple[FieldType, Group, list[GroupElement]] | None:
+def recognise(
+    value: Moving, preferred: list[tuple[FieldType, Group]]
+) -> tuple[FieldType, Group, list[GroupElement]] | None:
     """A standard field type and group whose action matches the value's maps."""
     frame = value.frame
     candidates = list(preferred)
@@ -211,7 +236,9 @@ def _declared_input(module: Any, group: Group) -> FieldType | None:
     return t if isinstance(t, FieldType) else None
 
 
-def leaf_rule(name: str, leaf: LeafCall, inputs: list[Any], out_meta: Any, frame_counter: list[int]) -> Any:
+def leaf_rule(
+    name: str, leaf: LeafCall, inputs: list[Any], out_meta: Any, frame_counter: list[int]
+) -> Any:
     """Apply a leaf module's declared contract to its input values."""
     from ._propagate import new_frame
 
@@ -246,7 +273,9 @@ def leaf_rule(name: str, leaf: LeafCall, inputs: list[Any], out_meta: Any, frame
             continue
         elems = match_elements(in_type, frame, x.moves, x.shape, group)
         if elems is None:
-            last_error = f"its input does not move as the declared {in_type.describe()} under {group.name}"
+            last_error = (
+                f"its input does not move as the declared {in_type.describe()} under {group.name}"
+            )
             continue
         try:
             contract = contract_of(module, group, in_type)
@@ -270,7 +299,9 @@ def leaf_rule(name: str, leaf: LeafCall, inputs: list[Any], out_meta: Any, frame
             if isinstance(other, FrameValue):
                 raise Unverifiable(f"{label}: uses a canonicalizer's frame as data")
             if isinstance(other, Moving) and not other.invariant and other is not x:
-                raise Unverifiable(f"{label}: several moving tensor inputs; the contract speaks of the first only")
+                raise Unverifiable(
+                    f"{label}: several moving tensor inputs; the contract speaks of the first only"
+                )
         out_group = contract.output_group or group
         main_shape = tuple(int(s) for s in metas[0].shape)
         if kind == Status.INVARIANT:
@@ -284,21 +315,29 @@ def leaf_rule(name: str, leaf: LeafCall, inputs: list[Any], out_meta: Any, frame
                 try:
                     oe = out_group.element(e.value) if out_group is not group else e
                 except (GroupError, ValueError) as err:
-                    raise Unverifiable(f"{label}: cannot carry {e!r} to the output group {out_group.name} ({err})") from err
+                    raise Unverifiable(
+                        f"{label}: cannot carry {e!r} to the output group {out_group.name} ({err})"
+                    ) from err
                 m = generator_map(out_type, out_group, oe, main_shape, gen)
                 if m is None:
-                    raise Unverifiable(f"{label}: its declared output type {out_type.describe()} does not fit shape {main_shape}")
+                    raise Unverifiable(
+                        f"{label}: its declared output type {out_type.describe()} does not fit shape {main_shape}"
+                    )
                 maps.append(m)
             main = Moving(main_shape, metas[0].dtype, frame, maps).normalised()
             rest = [_untracked(label, m) for m in metas[1:]]
             return [main, *rest]
         if kind == Status.CANONICALIZING:
-            new = new_frame(frame_counter, out_group, name, frame, main_shape[0] if main_shape else 1)
+            new = new_frame(
+                frame_counter, out_group, name, frame, main_shape[0] if main_shape else 1
+            )
             maps = []
             for gen in new.generators:
                 m = generator_map(out_type, out_group, _base(gen), main_shape, gen)
                 if m is None:
-                    raise Unverifiable(f"{label}: its declared output type {out_type.describe()} does not fit shape {main_shape}")
+                    raise Unverifiable(
+                        f"{label}: its declared output type {out_type.describe()} does not fit shape {main_shape}"
+                    )
                 maps.append(m)
             main = Moving(main_shape, metas[0].dtype, new, maps).normalised()
             if len(metas) == 3:  # Canonicalized(output, frame, margin)
@@ -315,13 +354,17 @@ def _untracked(label: str, meta: Any) -> Any:
     return Poison(f"an extra output of {label}")
 
 
-def _restore(label: str, contract: Any, group: Group, x: Moving, others: list[Any], metas: list[Any]) -> Any:
+def _restore(
+    label: str, contract: Any, group: Group, x: Moving, others: list[Any], metas: list[Any]
+) -> Any:
     frame_arg = next((o for o in others if isinstance(o, FrameValue)), None)
     if frame_arg is None:
         raise Unverifiable(f"{label}: its frame argument is not a canonicalizer's frame")
     frame = frame_arg.frame
     if x.frame is not frame:
-        raise Breaks(f"{label}: restores {frame.describe()} but its input is in {x.frame.describe()}")
+        raise Breaks(
+            f"{label}: restores {frame.describe()} but its input is in {x.frame.describe()}"
+        )
     parent = frame.parent
     if parent is None:
         raise Unverifiable(f"{label}: the frame has no parent")
@@ -333,12 +376,18 @@ def _restore(label: str, contract: Any, group: Group, x: Moving, others: list[An
     maps = []
     for gen in parent.generators:
         try:
-            e = restored_group.element(gen.value) if restored_group is not parent.group else _base(gen)
+            e = (
+                restored_group.element(gen.value)
+                if restored_group is not parent.group
+                else _base(gen)
+            )
         except (GroupError, ValueError) as err:
             raise Unverifiable(f"{label}: cannot restore {parent.group.name} ({err})") from err
         m = generator_map(out_type, restored_group, e, main_shape, gen)
         if m is None:
-            raise Unverifiable(f"{label}: its declared output type {out_type.describe()} does not fit shape {main_shape}")
+            raise Unverifiable(
+                f"{label}: its declared output type {out_type.describe()} does not fit shape {main_shape}"
+            )
         maps.append(m)
     main = Moving(main_shape, metas[0].dtype, parent, maps).normalised()
     return [main, *[_untracked(label, m) for m in metas[1:]]]

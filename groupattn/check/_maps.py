@@ -6,7 +6,15 @@ from typing import Any
 
 import torch
 
-__all__ = ["constant_classes", "coordinates", "dense_ids", "depends_only_on", "flat_index", "lookup_rows", "value_classes"]
+__all__ = [
+    "constant_classes",
+    "coordinates",
+    "dense_ids",
+    "depends_only_on",
+    "flat_index",
+    "lookup_rows",
+    "value_classes",
+]
 
 
 def dense_ids(columns: torch.Tensor) -> torch.Tensor:
@@ -55,7 +63,12 @@ def constant_classes(c: Any) -> torch.Tensor:
     return value_classes(c.first, c.second, c.third, exact=c.exact)
 
 
-def value_classes(first: torch.Tensor, second: torch.Tensor, third: torch.Tensor | None = None, exact: bool = False) -> torch.Tensor:
+def value_classes(
+    first: torch.Tensor,
+    second: torch.Tensor,
+    third: torch.Tensor | None = None,
+    exact: bool = False,
+) -> torch.Tensor:
     """Long ids, one per entry, equal when both draws agree on the two entries.
 
     Floating-point values agree when they are within ``VALUE_TOLERANCE`` of each
@@ -64,7 +77,11 @@ def value_classes(first: torch.Tensor, second: torch.Tensor, third: torch.Tensor
     """
     values = [first.detach().reshape(-1), second.detach().reshape(-1)]
     if third is not None:
-        values.append(third.detach().reshape(-1).to(values[0].dtype) if third.shape == first.shape else third.detach().expand(first.shape).reshape(-1))
+        values.append(
+            third.detach().reshape(-1).to(values[0].dtype)
+            if third.shape == first.shape
+            else third.detach().expand(first.shape).reshape(-1)
+        )
     cols = []
     for v in values:
         cols.extend([v.real, v.imag] if v.is_complex() else [v])

@@ -31,7 +31,13 @@ from ._values import Breaks, Constant, Frame, FrameValue, Moving, SampleGenerato
 
 #: Operators that only check shapes or values at run time and produce nothing.
 ASSERTION_OPS = frozenset(
-    {"aten::_assert_tensor_metadata", "aten::_assert_scalar", "aten::_assert_async", "aten::sym_constrain_range", "aten::sym_constrain_range_for_size"}
+    {
+        "aten::_assert_tensor_metadata",
+        "aten::_assert_scalar",
+        "aten::_assert_async",
+        "aten::sym_constrain_range",
+        "aten::sym_constrain_range_for_size",
+    }
 )
 
 __all__ = ["Failed", "NodeRecord", "Propagation", "input_maps", "propagate_graph"]
@@ -106,7 +112,9 @@ class Propagation:
 # ----------------------------------------------------------------------------- input and constants
 
 
-def input_maps(input_type: FieldType, group: Group, generators: list[Any], shape: tuple[int, ...]) -> list[torch.Tensor] | None:
+def input_maps(
+    input_type: FieldType, group: Group, generators: list[Any], shape: tuple[int, ...]
+) -> list[torch.Tensor] | None:
     """Gather maps of the input field type's action, one per generator (``None``: invariant).
 
     Raises
@@ -124,7 +132,9 @@ def input_maps(input_type: FieldType, group: Group, generators: list[Any], shape
         except GroupError:
             raise
         except Exception as err:
-            raise Unverifiable(f"the input type {input_type.describe()} cannot act on shape {shape} ({err})") from err
+            raise Unverifiable(
+                f"the input type {input_type.describe()} cannot act on shape {shape} ({err})"
+            ) from err
         flat = moved.reshape(-1)
         if moved.shape != probe.shape or not bool((flat == flat.round()).all()):
             raise Unverifiable(
@@ -133,7 +143,9 @@ def input_maps(input_type: FieldType, group: Group, generators: list[Any], shape
             )
         m = flat.long()
         if not bool((torch.sort(m).values == torch.arange(n)).all()):
-            raise Unverifiable(f"the input type {input_type.describe()} does not act by a permutation")
+            raise Unverifiable(
+                f"the input type {input_type.describe()} does not act by a permutation"
+            )
         maps.append(m)
     if all(bool(torch.equal(m, torch.arange(n))) for m in maps):
         return None
@@ -144,7 +156,9 @@ def _draw(t: torch.Tensor, seed: int) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     magnitude = torch.rand(t.shape, generator=gen, dtype=torch.float64) + 0.5
     sign = torch.randint(0, 2, t.shape, generator=gen).to(torch.float64) * 2 - 1
-    return magnitude * sign  # float64: sums taken in another order then differ only by float64 rounding
+    return (
+        magnitude * sign
+    )  # float64: sums taken in another order then differ only by float64 rounding
 
 
 def _wide(t: torch.Tensor) -> torch.Tensor:
@@ -181,7 +195,11 @@ def _graph_input_values(exported: Exported, model: nn.Module) -> dict[str, Any]:
             t = (p if p is not None else program.state_dict[target]).detach()
             values[name] = _free(t, seed) if t.is_floating_point() else Constant(t, t)
         elif kind == "BUFFER":
-            t = (program.state_dict[target] if target in program.state_dict else program.constants[target]).detach()
+            t = (
+                program.state_dict[target]
+                if target in program.state_dict
+                else program.constants[target]
+            ).detach()
             aliased = t.numel() > 0 and t.untyped_storage().data_ptr() in storages
             if t.is_floating_point() and (target in exported.state_buffers or aliased):
                 values[name] = _free(t, seed)
@@ -311,7 +329,9 @@ def propagate_graph(
     graph = nx.DiGraph()
     order: list[str] = []
     input_node = ""
-    user_inputs = [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    user_inputs = [
+        s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"
+    ]
     relations = Relations(values, input_value.frame, graph)
     for node in gm.graph.nodes:
         name = node.name
@@ -327,7 +347,9 @@ def propagate_graph(
                 else:
                     values[name] = input_value
                     input_node = name
-                records[name] = NodeRecord(name, "placeholder", "input", Status.INPUT, input_value.describe())
+                records[name] = NodeRecord(
+                    name, "placeholder", "input", Status.INPUT, input_value.describe()
+                )
             else:
                 v = values.get(name, Failed("unverified", "unknown graph input", name))
                 values[name] = v
@@ -342,14 +364,28 @@ def propagate_graph(
             if isinstance(attr, torch.Tensor):
                 values[name] = Constant(_wide(attr), _wide(attr))
             else:
-                values[name] = Failed("unverified", f"a graph attribute of type {type(attr).__name__} (a higher-order operator's body)", name)
-            records[name] = NodeRecord(name, "get_attr", str(node.target), Status(_status_of(values[name])), _describe(values[name]))
+                values[name] = Failed(
+                    "unverified",
+                    f"a graph attribute of type {type(attr).__name__} (a higher-order operator's body)",
+                    name,
+                )
+            records[name] = NodeRecord(
+                name,
+                "get_attr",
+                str(node.target),
+                Status(_status_of(values[name])),
+                _describe(values[name]),
+            )
             _annotate(graph, records[name])
             continue
         args = torch.fx.node.map_arg(node.args, lambda n: values[n.name])
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: values[n.name])
         leaf = None
-        if getattr(node.target, "name", None) and callable(node.target.name) and node.target.name() == "groupattn_check::leaf":
+        if (
+            getattr(node.target, "name", None)
+            and callable(node.target.name)
+            and node.target.name() == "groupattn_check::leaf"
+        ):
             leaf = exported.leaf_calls.get(int(args[0]))
         target = _target_name(node, leaf)
         failures = _failures((args, kwargs))
@@ -360,7 +396,9 @@ def propagate_graph(
                 continue
             worst = next((f for f in failures if f.status == "broken"), failures[0])
             values[name] = Failed(worst.status, worst.reason, worst.origin)
-            records[name] = NodeRecord(name, node.op, target, Status(worst.status), "", f"from {worst.origin}", None, True)
+            records[name] = NodeRecord(
+                name, node.op, target, Status(worst.status), "", f"from {worst.origin}", None, True
+            )
             _annotate(graph, records[name])
             continue
         try:
@@ -372,7 +410,11 @@ def propagate_graph(
         except Unverifiable as err:
             value, status, reason = Failed("unverified", str(err), name), "unverified", str(err)
         except GroupError as err:
-            value, status, reason = Failed("unverified", f"{target}: {err}", name), "unverified", f"{target}: {err}"
+            value, status, reason = (
+                Failed("unverified", f"{target}: {err}", name),
+                "unverified",
+                f"{target}: {err}",
+            )
         except Exception as err:  # a defect of a rule must never certify
             msg = f"{target}: the checker failed on it ({type(err).__name__}: {err})"
             value, status, reason = Failed("unverified", msg, name), "unverified", msg
@@ -387,10 +429,26 @@ def propagate_graph(
             if isinstance(value, list | tuple) and any(isinstance(v, FrameValue) for v in value):
                 status = "canonicalizing"
         group = None
-        first_moving = value if isinstance(value, Moving) else next((v for v in value if isinstance(v, Moving)), None) if isinstance(value, list | tuple) else None
+        first_moving = (
+            value
+            if isinstance(value, Moving)
+            else next((v for v in value if isinstance(v, Moving)), None)
+            if isinstance(value, list | tuple)
+            else None
+        )
         if isinstance(first_moving, Moving):
             group = first_moving.frame.group.name
-        records[name] = NodeRecord(name, node.op, target, Status(status), _describe(value), reason, group, False, leaf.path if leaf is not None else _module_path(node))
+        records[name] = NodeRecord(
+            name,
+            node.op,
+            target,
+            Status(status),
+            _describe(value),
+            reason,
+            group,
+            False,
+            leaf.path if leaf is not None else _module_path(node),
+        )
         _annotate(graph, records[name])
     output_node = next(n for n in gm.graph.nodes if n.op == "output")
     flat_outputs = list(output_node.args[0])
@@ -401,11 +459,17 @@ def propagate_graph(
         kind = spec.kind.name
         value = values[out.name] if hasattr(out, "name") else Constant(out, out)
         if kind == "USER_OUTPUT":
-            path = exported.output_paths[user_index] if user_index < len(exported.output_paths) else f"[{user_index}]"
+            path = (
+                exported.output_paths[user_index]
+                if user_index < len(exported.output_paths)
+                else f"[{user_index}]"
+            )
             user_index += 1
             outputs.append((path or "output", value, out.name if hasattr(out, "name") else None))
         elif kind == "USER_INPUT_MUTATION":
-            outputs.append(("the input, modified in place", value, out.name if hasattr(out, "name") else None))
+            outputs.append(
+                ("the input, modified in place", value, out.name if hasattr(out, "name") else None)
+            )
         else:
             side_effects.append((str(spec.target), kind.lower().replace("_", " ")))
     return Propagation(graph, records, order, outputs, input_node, [], side_effects)
@@ -426,9 +490,17 @@ def _movement_chain(node: Any, values: dict[str, Any]) -> Moving | None:
     chain: list[tuple[Any, Any]] = []
     current = node
     while len(chain) < MAX_CHAIN:
-        if current.op != "call_function" or not hasattr(current.target, "_schema") or current.target._schema.name not in MOVEMENT_OPS:
+        if (
+            current.op != "call_function"
+            or not hasattr(current.target, "_schema")
+            or current.target._schema.name not in MOVEMENT_OPS
+        ):
             return None
-        sources = [a for a in _flat((current.args, current.kwargs)) if hasattr(a, "name") and not isinstance(values.get(a.name), Constant)]
+        sources = [
+            a
+            for a in _flat((current.args, current.kwargs))
+            if hasattr(a, "name") and not isinstance(values.get(a.name), Constant)
+        ]
         if len(sources) != 1 or any(
             isinstance(values.get(a.name), Constant) and not values[a.name].structural
             for a in _flat((current.args, current.kwargs))
@@ -451,6 +523,7 @@ def _movement_chain(node: Any, values: dict[str, Any]) -> Moving | None:
     def composed(data: list[torch.Tensor]) -> Any:
         out = data[0]
         for step, source in steps:
+
             def fill(v: Any, out: torch.Tensor = out, source: Any = source) -> Any:
                 if hasattr(v, "name") and hasattr(v, "op"):
                     return out if v.name == source.name else values[v.name].first
@@ -462,11 +535,18 @@ def _movement_chain(node: Any, values: dict[str, Any]) -> Moving | None:
         return out
 
     try:
-        result = movement(composed, [values[steps[0][1].name]], f"{node.name} (a chain of {len(steps)} copies)")
+        result = movement(
+            composed, [values[steps[0][1].name]], f"{node.name} (a chain of {len(steps)} copies)"
+        )
     except (Breaks, Unverifiable):
         return None
     meta = node.meta.get("val")
-    if len(result) != 1 or not isinstance(result[0], Moving) or meta is None or tuple(meta.shape) != result[0].shape:
+    if (
+        len(result) != 1
+        or not isinstance(result[0], Moving)
+        or meta is None
+        or tuple(meta.shape) != result[0].shape
+    ):
         return None
     return result[0]
 
@@ -483,13 +563,26 @@ def _repair(relations: Relations, node: Any, values: dict[str, Any]) -> tuple[Mo
 
 
 def _record_repair(
-    graph: nx.DiGraph, records: dict[str, NodeRecord], values: dict[str, Any], node: Any, target: str, value: Moving, how: str
+    graph: nx.DiGraph,
+    records: dict[str, NodeRecord],
+    values: dict[str, Any],
+    node: Any,
+    target: str,
+    value: Moving,
+    how: str,
 ) -> None:
     """Record a node whose claim came from ``_repair``."""
     values[node.name] = value
     records[node.name] = NodeRecord(
-        node.name, node.op, target, Status(_status_of(value)), _describe(value) + ", " + how,
-        None, value.frame.group.name, False, _module_path(node),
+        node.name,
+        node.op,
+        target,
+        Status(_status_of(value)),
+        _describe(value) + ", " + how,
+        None,
+        value.frame.group.name,
+        False,
+        _module_path(node),
     )
     _annotate(graph, records[node.name])
 
@@ -503,10 +596,24 @@ def _module_path(node: Any) -> str:
 
 
 def _annotate(graph: nx.DiGraph, r: NodeRecord) -> None:
-    graph.nodes[r.name].update(status=r.status.value, op=r.op, target=r.target, description=r.description, reason=r.reason or "")
+    graph.nodes[r.name].update(
+        status=r.status.value,
+        op=r.op,
+        target=r.target,
+        description=r.description,
+        reason=r.reason or "",
+    )
 
 
-def _evaluate(node: Any, name: str, args: Any, kwargs: Any, leaf: LeafCall | None, frame_counter: list[int], records: dict[str, NodeRecord]) -> Any:
+def _evaluate(
+    node: Any,
+    name: str,
+    args: Any,
+    kwargs: Any,
+    leaf: LeafCall | None,
+    frame_counter: list[int],
+    records: dict[str, NodeRecord],
+) -> Any:
     if node.op != "call_function":
         raise Unverifiable(f"{name}: graph op {node.op} is not supported")
     target = node.target
@@ -518,17 +625,30 @@ def _evaluate(node: Any, name: str, args: Any, kwargs: Any, leaf: LeafCall | Non
     if leaf is not None:
         return leaf_rule(name, leaf, list(args[1]), node.meta.get("val"), frame_counter)
     if not hasattr(target, "_schema"):
-        raise Unverifiable(f"{name}: {getattr(target, '__name__', target)} is not an ATen operator (a higher-order operator or Python function)")
+        raise Unverifiable(
+            f"{name}: {getattr(target, '__name__', target)} is not an ATen operator (a higher-order operator or Python function)"
+        )
     if target._schema.name in ASSERTION_OPS:
         return None
-    if target._schema.name in ("aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty", "aten::empty_permuted"):
+    if target._schema.name in (
+        "aten::empty",
+        "aten::empty_strided",
+        "aten::empty_like",
+        "aten::new_empty",
+        "aten::empty_permuted",
+    ):
         raise Unverifiable(f"{name} ({target.name()}): uninitialised memory")
     tags = getattr(target, "tags", ())
-    if torch.Tag.nondeterministic_seeded in tags and target._schema.name not in RANDOM_OPS_WITH_RULES:
+    if (
+        torch.Tag.nondeterministic_seeded in tags
+        and target._schema.name not in RANDOM_OPS_WITH_RULES
+    ):
         raise Unverifiable(f"{name} ({target.name()}): draws random numbers")
     poison = _poisoned((args, kwargs))
     if poison is not None:
-        raise Unverifiable(f"{name} ({target.name()}): uses {poison.reason}, which the checker does not track")
+        raise Unverifiable(
+            f"{name} ({target.name()}): uses {poison.reason}, which the checker does not track"
+        )
     if not _has_input_value((args, kwargs)):
         constants = [v for v in _flat((args, kwargs)) if isinstance(v, Constant)]
         draws = 3 if any(c.third is not None for c in constants) else 2
@@ -536,10 +656,20 @@ def _evaluate(node: Any, name: str, args: Any, kwargs: Any, leaf: LeafCall | Non
         with torch.no_grad():
             for draw in range(draws):
                 try:
-                    results.append(target(*_to_plain(args, draw), **{k: _to_plain(v, draw) for k, v in kwargs.items()}))
+                    results.append(
+                        target(
+                            *_to_plain(args, draw),
+                            **{k: _to_plain(v, draw) for k, v in kwargs.items()},
+                        )
+                    )
                 except RuntimeError:
                     # constants are carried in float64; a float32 tensor made in forward may not mix
-                    results.append(target(*_wide_all(_to_plain(args, draw)), **{k: _wide_all(_to_plain(v, draw)) for k, v in kwargs.items()}))
+                    results.append(
+                        target(
+                            *_wide_all(_to_plain(args, draw)),
+                            **{k: _wide_all(_to_plain(v, draw)) for k, v in kwargs.items()},
+                        )
+                    )
         first, second = results[0], results[1]
         third = results[2] if draws == 3 else None
         # elementwise operations and copies give equal outputs for equal inputs, bit for bit
@@ -561,7 +691,9 @@ def _evaluate(node: Any, name: str, args: Any, kwargs: Any, leaf: LeafCall | Non
     value = rule(call)
     unread = bound.unread()
     if unread:
-        raise Unverifiable(f"{call.label}: the checker does not read its argument(s) {', '.join(unread)}")
+        raise Unverifiable(
+            f"{call.label}: the checker does not read its argument(s) {', '.join(unread)}"
+        )
     _check_shapes(call, value, node.meta.get("val"))
     return value
 
@@ -577,8 +709,14 @@ def _flat(v: Any) -> list[Any]:
 def _check_shapes(call: OpCall, value: Any, meta: Any) -> None:
     """A safety net: every derived value must have the shape the exporter recorded."""
     if isinstance(value, Moving):
-        if meta is None or not hasattr(meta, "shape") or tuple(int(s) for s in meta.shape) != value.shape:
-            raise Unverifiable(f"{call.label}: derived shape {value.shape} does not match the traced one")
+        if (
+            meta is None
+            or not hasattr(meta, "shape")
+            or tuple(int(s) for s in meta.shape) != value.shape
+        ):
+            raise Unverifiable(
+                f"{call.label}: derived shape {value.shape} does not match the traced one"
+            )
         if value.moves is not None and any(m.numel() != value.numel for m in value.moves):
             raise Unverifiable(f"{call.label}: derived maps do not fit the shape {value.shape}")
     elif isinstance(value, list | tuple) and isinstance(meta, list | tuple):
@@ -589,7 +727,9 @@ def _check_shapes(call: OpCall, value: Any, meta: Any) -> None:
                 _check_shapes(call, v, m)
 
 
-def new_frame(frame_counter: list[int], group: Group, node: str, parent: Frame, batch: int) -> Frame:
+def new_frame(
+    frame_counter: list[int], group: Group, node: str, parent: Frame, batch: int
+) -> Frame:
     """A fresh canonicalizer frame ``F1``, ``F2``, … for ``group``, one generator per sample."""
     frame_counter[0] += 1
     gens = [SampleGenerator(g, b) for b in range(max(int(batch), 1)) for g in group.generators()]

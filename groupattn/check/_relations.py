@@ -66,17 +66,46 @@ MAX_NODES = 4000
 
 #: Operators whose trees are symmetric in their operands (a sum, a product, a maximum, a
 #: minimum): their operands form a multiset. Nothing else is (``a - b`` is not).
-_SYMMETRIC = frozenset({"aten::add.Tensor", "aten::mul.Tensor", "aten::maximum.default", "aten::minimum.default"})
+_SYMMETRIC = frozenset(
+    {"aten::add.Tensor", "aten::mul.Tensor", "aten::maximum.default", "aten::minimum.default"}
+)
 _STACKING = ("aten::stack.default", "aten::cat.default")
 
 _PURE_MOVEMENT = frozenset(
     {
-        "aten::view", "aten::reshape", "aten::_unsafe_view", "aten::expand", "aten::permute", "aten::transpose",
-        "aten::t", "aten::mT", "aten::unsqueeze", "aten::squeeze", "aten::slice", "aten::select", "aten::narrow", "aten::flip",
-        "aten::roll", "aten::rot90", "aten::alias", "aten::detach", "aten::clone", "aten::contiguous",
-        "aten::lift_fresh_copy", "aten::movedim", "aten::flatten", "aten::unflatten", "aten::diagonal",
-        "aten::repeat", "aten::index_select", "aten::pixel_shuffle", "aten::pixel_unshuffle",
-        "aten::_pad_circular", "aten::circular_pad2d", "aten::circular_pad1d", "aten::pad",
+        "aten::view",
+        "aten::reshape",
+        "aten::_unsafe_view",
+        "aten::expand",
+        "aten::permute",
+        "aten::transpose",
+        "aten::t",
+        "aten::mT",
+        "aten::unsqueeze",
+        "aten::squeeze",
+        "aten::slice",
+        "aten::select",
+        "aten::narrow",
+        "aten::flip",
+        "aten::roll",
+        "aten::rot90",
+        "aten::alias",
+        "aten::detach",
+        "aten::clone",
+        "aten::contiguous",
+        "aten::lift_fresh_copy",
+        "aten::movedim",
+        "aten::flatten",
+        "aten::unflatten",
+        "aten::diagonal",
+        "aten::repeat",
+        "aten::index_select",
+        "aten::pixel_shuffle",
+        "aten::pixel_unshuffle",
+        "aten::_pad_circular",
+        "aten::circular_pad2d",
+        "aten::circular_pad1d",
+        "aten::pad",
     }
 )
 
@@ -108,7 +137,9 @@ def _digest(value: Any) -> Any:
     for v in (value.first, value.second, value.current):
         if isinstance(v, torch.Tensor):
             t = v.detach().contiguous().cpu()
-            h = hashlib.sha1(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+            h = hashlib.sha1(
+                t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+            )
             parts.append((tuple(t.shape), str(t.dtype), h.hexdigest()))
         else:
             parts.append(repr(v))
@@ -200,7 +231,11 @@ class Relations:
                 return None
             if not all(hasattr(p, "name") and _tensor_meta(p) is not None for p in pieces):
                 return None
-            if len({_shape(p) for p in pieces}) != 1 or set(node.kwargs) - {"dim"} or len(node.args) > 2:
+            if (
+                len({_shape(p) for p in pieces}) != 1
+                or set(node.kwargs) - {"dim"}
+                or len(node.args) > 2
+            ):
                 return None
             self._prepare([node.name])
             return self._close_stack(node, [p.name for p in pieces])
@@ -233,7 +268,11 @@ class Relations:
 
     def _moving(self, name: str) -> bool:
         v = self.values.get(name)
-        return not isinstance(v, Constant) and _tensor_meta(self.nodes[name]) is not None if name in self.nodes else False
+        return (
+            not isinstance(v, Constant) and _tensor_meta(self.nodes[name]) is not None
+            if name in self.nodes
+            else False
+        )
 
     def _relate(self, node: Any) -> None:
         name = node.name
@@ -324,7 +363,9 @@ class Relations:
             return None
         return root, (f1 - 1).long()
 
-    def _partners(self, name: str, j: int, shape: tuple[int, ...], allowed: set[str] | None = None) -> list[tuple[str, torch.Tensor]]:
+    def _partners(
+        self, name: str, j: int, shape: tuple[int, ...], allowed: set[str] | None = None
+    ) -> list[tuple[str, torch.Tensor]]:
         """Nodes ``z`` of ``shape`` with ``name(g_j·x) = z(x)[m]``, as ``(z, m)``."""
         found: list[tuple[str, torch.Tensor]] = []
         for root, T in self.relations.get(name, [[]] * len(self.frame.generators))[j]:
@@ -354,16 +395,27 @@ class Relations:
         if node.name in self.templates:
             return self.templates[node.name]
         result: tuple[Any, list[str]] | None = None
-        if node.op == "call_function" and hasattr(node.target, "_schema") and _tensor_meta(node) is not None:
+        if (
+            node.op == "call_function"
+            and hasattr(node.target, "_schema")
+            and _tensor_meta(node) is not None
+        ):
             tags = getattr(node.target, "tags", ())
             if (
-                (torch.Tag.nondeterministic_seeded not in tags or node.target._schema.name in RANDOM_OPS_WITH_RULES)
+                (
+                    torch.Tag.nondeterministic_seeded not in tags
+                    or node.target._schema.name in RANDOM_OPS_WITH_RULES
+                )
                 and node.target._schema.name != "groupattn_check::leaf"
                 and rule_for(node.target) is not None
             ):
                 slots: list[str] = []
                 try:
-                    key = (str(node.target), self._key(node.args, slots), tuple(sorted((k, self._key(v, slots)) for k, v in node.kwargs.items())))
+                    key = (
+                        str(node.target),
+                        self._key(node.args, slots),
+                        tuple(sorted((k, self._key(v, slots)) for k, v in node.kwargs.items())),
+                    )
                     result = (key, slots)
                 except ValueError:
                     result = None
@@ -441,14 +493,24 @@ class Relations:
         T = P[m]
         W = torch.arange(_numel(_shape(self.nodes[root])))
         W[P] = T
-        if not torch.equal(W[P], T) or not torch.equal(torch.sort(W).values, torch.arange(W.numel())):
+        if not torch.equal(W[P], T) or not torch.equal(
+            torch.sort(W).values, torch.arange(W.numel())
+        ):
             return proxy
         root_meta = _tensor_meta(self.nodes[root])
-        base = Moving(tuple(int(s) for s in root_meta.shape), root_meta.dtype, frame, [W]).normalised()
-        proxy.source = (lambda d, P=P, shape=shape: d[0].reshape(-1)[P].reshape(shape), [base], None)
+        base = Moving(
+            tuple(int(s) for s in root_meta.shape), root_meta.dtype, frame, [W]
+        ).normalised()
+        proxy.source = (
+            lambda d, P=P, shape=shape: d[0].reshape(-1)[P].reshape(shape),
+            [base],
+            None,
+        )
         return proxy
 
-    def _apply_rule(self, node: Any, rule: Any, slots: list[str], combo: list[tuple[str, torch.Tensor]], j: int) -> torch.Tensor | None:
+    def _apply_rule(
+        self, node: Any, rule: Any, slots: list[str], combo: list[tuple[str, torch.Tensor]], j: int
+    ) -> torch.Tensor | None:
         """The map ``M`` with ``op(u[m], c) = op(u, c)[M]`` for every ``u``, by the operator's rule."""
         frame = self.single[j]
         position = [0]
@@ -469,7 +531,14 @@ class Relations:
 
         args = fill(node.args)
         kwargs = {k: fill(v) for k, v in node.kwargs.items()}  # slots were numbered in this order
-        call = OpCall(node.name, node.target, Args(node.target, tuple(args), dict(kwargs)), tuple(args), dict(kwargs), node.meta.get("val"))
+        call = OpCall(
+            node.name,
+            node.target,
+            Args(node.target, tuple(args), dict(kwargs)),
+            tuple(args),
+            dict(kwargs),
+            node.meta.get("val"),
+        )
         try:
             out = rule(call)
         except Exception:  # Breaks, Unverifiable or a rule's own limits: no relation
@@ -482,7 +551,9 @@ class Relations:
 
     # ------------------------------------------------------------------------- closing
 
-    def _sum_terms(self, node: Any, flatten: bool = True) -> tuple[list[str] | None, list[Any], list[Any]]:
+    def _sum_terms(
+        self, node: Any, flatten: bool = True
+    ) -> tuple[list[str] | None, list[Any], list[Any]]:
         """The terms of the ``add`` tree ending at ``node``: input-dependent terms (node names),
         constant terms, and the exact keys of the constant and scalar terms.
 
@@ -530,7 +601,11 @@ class Relations:
                 continue
             for other in self.sums:
                 # the same operator: a maximum relates to maxima, a sum to sums
-                if other not in self.family or self.nodes[other].target is not node.target or _shape(self.nodes[other]) != shape:
+                if (
+                    other not in self.family
+                    or self.nodes[other].target is not node.target
+                    or _shape(self.nodes[other]) != shape
+                ):
                     continue
                 o_terms, _, o_keys = self._sum_terms(self.nodes[other], flatten)
                 if o_terms is None or len(o_terms) != len(terms) or o_keys != keys:
@@ -541,15 +616,26 @@ class Relations:
                         root, P = self.family[other]
                         self._add(rel[j], root, P[M])
 
-    def _common_map(self, terms: list[str], targets: list[str], fixed: list[Any], shape: tuple[int, ...], j: int) -> torch.Tensor | None:
+    def _common_map(
+        self, terms: list[str], targets: list[str], fixed: list[Any], shape: tuple[int, ...], j: int
+    ) -> torch.Tensor | None:
         """One map ``M`` with ``terms(g_j·x)`` matched one to one onto ``targets(x)[M]``."""
         allowed = set(targets)
         partners = [self._partners(t, j, shape, allowed) for t in terms]
         if any(not p for p in partners):
             return None
         for _, M in partners[0]:
-            edges = [[k for k, t in enumerate(targets) if any(z == t and torch.equal(m, M) for z, m in partners[i])] for i in range(len(terms))]
-            if _match(len(terms), edges) is not None and all(_fixed_invariant(c, M, shape) for c in fixed):
+            edges = [
+                [
+                    k
+                    for k, t in enumerate(targets)
+                    if any(z == t and torch.equal(m, M) for z, m in partners[i])
+                ]
+                for i in range(len(terms))
+            ]
+            if _match(len(terms), edges) is not None and all(
+                _fixed_invariant(c, M, shape) for c in fixed
+            ):
                 return M
         return None
 
@@ -586,30 +672,44 @@ class Relations:
         maps: list[torch.Tensor] = []
         for j in range(len(self.frame.generators)):
             partners = [self._partners(p, j, piece_shape, allowed) for p in pieces]
-            edges = [[k for k, p in enumerate(pieces) if any(z == p for z, _ in partners[i])] for i in range(count)]
+            edges = [
+                [k for k, p in enumerate(pieces) if any(z == p for z, _ in partners[i])]
+                for i in range(count)
+            ]
             sigma = _match(count, edges)
             if sigma is None:
                 return None
-            within = torch.stack([next(m for z, m in partners[i] if z == pieces[sigma[i]]) for i in range(count)])
+            within = torch.stack(
+                [next(m for z, m in partners[i] if z == pieces[sigma[i]]) for i in range(count)]
+            )
             target = torch.tensor(sigma, dtype=torch.long)[slot] * n + within[slot, entry]
             maps.append(where[target])
         meta = node.meta["val"]
         return Moving(_shape(node), meta.dtype, self.frame, maps).normalised()
 
 
-def _combinations(slots: list[str], options: list[list[tuple[str, torch.Tensor]]]) -> list[tuple[tuple[str, torch.Tensor], ...]]:
+def _combinations(
+    slots: list[str], options: list[list[tuple[str, torch.Tensor]]]
+) -> list[tuple[tuple[str, torch.Tensor], ...]]:
     """Partner choices for the slots, at most ``MAX_COMBINATIONS``: first those that give
     one operand appearing in several slots (``q = k = v``) one partner, then the rest."""
     distinct = list(dict.fromkeys(slots))
     first: list[tuple[tuple[str, torch.Tensor], ...]] = []
-    for choice in itertools.islice(itertools.product(*[options[slots.index(a)] for a in distinct]), MAX_COMBINATIONS):
+    for choice in itertools.islice(
+        itertools.product(*[options[slots.index(a)] for a in distinct]), MAX_COMBINATIONS
+    ):
         pick = dict(zip(distinct, choice))
         first.append(tuple(pick[a] for a in slots))
     if len(distinct) == len(slots):
         return first
     rest = itertools.islice(itertools.product(*options), MAX_COMBINATIONS)
     seen = {tuple(id(m) for _, m in c) for c in first}
-    return first + [c for c in rest if tuple(id(m) for _, m in c) not in seen][: max(0, MAX_COMBINATIONS - len(first))]
+    return (
+        first
+        + [c for c in rest if tuple(id(m) for _, m in c) not in seen][
+            : max(0, MAX_COMBINATIONS - len(first))
+        ]
+    )
 
 
 def _is_same_sum(a: Any, node: Any) -> bool:
@@ -662,4 +762,3 @@ def _ancestors(graph: Any, name: str) -> set[str]:
                 seen.add(p)
                 todo.append(p)
     return seen
-

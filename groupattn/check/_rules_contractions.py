@@ -42,7 +42,9 @@ def _matmul(call: OpCall, a: Any, b: Any) -> Moving:
     return _matmul_nd(call, a, b)
 
 
-def _matmul_nd(call: OpCall, a: Any, b: Any, squeeze_a: bool = False, squeeze_b: bool = False) -> Moving:
+def _matmul_nd(
+    call: OpCall, a: Any, b: Any, squeeze_a: bool = False, squeeze_b: bool = False
+) -> Moving:
     sa, sb = _value_shape(a), _value_shape(b)
     ba, bb = sa[:-2], sb[:-2]
     nb = max(len(ba), len(bb))
@@ -118,7 +120,15 @@ def _matmul_rule(call: OpCall) -> Any:
 
 @rule("aten::mm", "aten::bmm", "aten::mv", "aten::dot", "aten::vdot")
 def _mm(call: OpCall) -> Any:
-    other = "mat2" if "mat2" in call.args.values else ("vec" if "vec" in call.args.values else ("tensor" if "tensor" in call.args.values else "other"))
+    other = (
+        "mat2"
+        if "mat2" in call.args.values
+        else (
+            "vec"
+            if "vec" in call.args.values
+            else ("tensor" if "tensor" in call.args.values else "other")
+        )
+    )
     return _matmul(call, call.args["self"], call.args[other])
 
 
@@ -128,9 +138,14 @@ def _addmm(call: OpCall) -> Any:
     call.args.touch("beta", "alpha")
     if packet == "aten::addbmm":
         raise Unverifiable(f"{call.label}: addbmm is not supported")
-    first, second = ("mat", "vec") if packet == "aten::addmv" else (("batch1", "batch2") if packet == "aten::baddbmm" else ("mat1", "mat2"))
+    first, second = (
+        ("mat", "vec")
+        if packet == "aten::addmv"
+        else (("batch1", "batch2") if packet == "aten::baddbmm" else ("mat1", "mat2"))
+    )
     prod = _matmul(call, call.args[first], call.args[second])
     return pointwise([prod, call.args["self"]], call.out_shape(), call.out_dtype(), call.label)
+
 
 # ----------------------------------------------------------------------------- row maps (fast paths)
 
@@ -160,22 +175,31 @@ def _row_maps(x: Moving, n: int) -> list[torch.Tensor] | None:
     return out
 
 
-def _with_rows(rows: list[torch.Tensor], n: int, shape: tuple[int, ...], dtype: torch.dtype, frame: Any) -> Moving:
+def _with_rows(
+    rows: list[torch.Tensor], n: int, shape: tuple[int, ...], dtype: torch.dtype, frame: Any
+) -> Moving:
     """The value of ``shape`` whose rows of ``n`` entries move by ``rows``."""
     offsets = torch.arange(n)
     maps = [(r[:, None] * n + offsets).reshape(-1) for r in rows]
     return Moving(tuple(shape), dtype, frame, maps).normalised()
 
 
-
 @rule("aten::linear")
 def _linear(call: OpCall) -> Any:
     x, w, bias = call.args["input"], call.args["weight"], call.args["bias"]
     sx = _value_shape(x)
-    if isinstance(x, Moving) and isinstance(w, Constant) and not isinstance(bias, Moving) and len(_value_shape(w)) == 2 and sx:
+    if (
+        isinstance(x, Moving)
+        and isinstance(w, Constant)
+        and not isinstance(bias, Moving)
+        and len(_value_shape(w)) == 2
+        and sx
+    ):
         rows = _row_maps(x, sx[-1])
         if rows is not None:  # the same affine map on every row
-            return _with_rows(rows, call.out_shape()[-1], call.out_shape(), call.out_dtype(), x.frame)
+            return _with_rows(
+                rows, call.out_shape()[-1], call.out_shape(), call.out_dtype(), x.frame
+            )
     lead = _fresh(len(sx) - 1, "kn")
     if len(_value_shape(w)) == 1:
         out = contract(x, lead + "k", w, "k", lead, call.out_dtype(), call.label)
@@ -208,7 +232,13 @@ def _einsum(call: OpCall) -> Any:
             if not isinstance(x, Moving):
                 raise Unverifiable(f"{call.label}: no operand depends on the input")
             sizes = [int(s) for s in x.shape]
-            x = reduce(x, summed, tuple(sizes[i] for i, ch in enumerate(term) if ch in lo), call.out_dtype(), call.label)
+            x = reduce(
+                x,
+                summed,
+                tuple(sizes[i] for i, ch in enumerate(term) if ch in lo),
+                call.out_dtype(),
+                call.label,
+            )
         perm = [kept.index(ch) for ch in lo]
         return _permute(call, x, perm)
     if len(ins) != 2:
@@ -248,7 +278,12 @@ def _sdpa(call: OpCall) -> Any:
         scores = pointwise([scores, mask], scores.shape, call.out_dtype(), call.label + " mask")
     if causal:
         tri = torch.ones(sq[-2], sk[-2], dtype=torch.bool).tril()
-        scores = pointwise([scores, Constant(tri, tri)], scores.shape, call.out_dtype(), call.label + " causal mask")
+        scores = pointwise(
+            [scores, Constant(tri, tri)],
+            scores.shape,
+            call.out_dtype(),
+            call.label + " causal mask",
+        )
     weights = normalize(scores, [len(scores.shape) - 1], call.out_dtype(), call.label + " softmax")
     return contract(weights, lead + "ij", v, lead + "je", lead + "ie", call.out_dtype(), call.label)
 
@@ -262,7 +297,9 @@ def _sdpa_rows(call: OpCall, q: Any, k: Any, v: Any, mask: Any, causal: bool) ->
     """
     if causal or not all(isinstance(t, Moving) for t in (q, k, v)) or isinstance(mask, Moving):
         return None
-    if mask is not None and not (isinstance(mask, Constant) and isinstance(mask.first, torch.Tensor)):
+    if mask is not None and not (
+        isinstance(mask, Constant) and isinstance(mask.first, torch.Tensor)
+    ):
         return None
     active = [t for t in (q, k, v) if not t.invariant]
     if not active or any(t.frame is not active[0].frame for t in active):
@@ -293,7 +330,9 @@ def _sdpa_rows(call: OpCall, q: Any, k: Any, v: Any, mask: Any, causal: bool) ->
             return None
         qa, kb = a.reshape(blocks, L), b.reshape(blocks, S)
         beta = qa[:, :1] // L
-        if not torch.equal(qa // L, beta.expand(blocks, L)) or not torch.equal(kb // S, beta.expand(blocks, S)):
+        if not torch.equal(qa // L, beta.expand(blocks, L)) or not torch.equal(
+            kb // S, beta.expand(blocks, S)
+        ):
             return None
         if classes is not None:
             scores = (qa[:, :, None] * S + (kb % S)[:, None, :]).reshape(-1)
@@ -341,5 +380,3 @@ def _keys_up_to_permutation(call: OpCall, q: Any, k: Any, v: Any, mask: Any) -> 
             f"{k.frame.describe()} (keys and values), and the keys move other than by reordering"
         )
     return Moving(k.shape, k.dtype, q.frame, None), Moving(v.shape, v.dtype, q.frame, None)
-
-

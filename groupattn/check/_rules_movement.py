@@ -32,28 +32,110 @@ _DATA_ARGS: dict[str, tuple[str, ...]] = {
 }
 
 _MOVEMENT = (
-    "aten::view", "aten::reshape", "aten::_unsafe_view", "aten::view_as", "aten::reshape_as",
-    "aten::expand", "aten::expand_as", "aten::broadcast_to", "aten::permute", "aten::transpose",
-    "aten::swapaxes", "aten::swapdims", "aten::t", "aten::mT", "aten::unsqueeze", "aten::squeeze", "aten::slice",
-    "aten::select", "aten::narrow", "aten::flip", "aten::fliplr", "aten::flipud", "aten::roll",
-    "aten::rot90", "aten::repeat", "aten::tile", "aten::alias", "aten::detach", "aten::clone",
-    "aten::contiguous", "aten::lift_fresh_copy", "aten::movedim", "aten::moveaxis", "aten::flatten",
-    "aten::unflatten", "aten::diagonal", "aten::tril", "aten::triu", "aten::pixel_shuffle",
-    "aten::pixel_unshuffle", "aten::constant_pad_nd", "aten::pad", "aten::reflection_pad1d",
-    "aten::reflection_pad2d", "aten::reflection_pad3d", "aten::replication_pad1d",
-    "aten::replication_pad2d", "aten::replication_pad3d", "aten::circular_pad1d", "aten::circular_pad2d",
-    "aten::_pad_circular", "aten::im2col", "aten::unfold", "aten::index_select", "aten::gather",
-    "aten::take_along_dim", "aten::index", "aten::split", "aten::split_with_sizes", "aten::chunk",
-    "aten::tensor_split", "aten::unbind", "aten::cat", "aten::concat", "aten::concatenate", "aten::stack",
-    "aten::hstack", "aten::vstack", "aten::slice_scatter", "aten::select_scatter",
-    "aten::diagonal_scatter", "aten::index_put", "aten::scatter", "aten::copy", "aten::masked_scatter",
-    "aten::fill", "aten::zeros_like", "aten::ones_like", "aten::full_like", "aten::new_zeros",
-    "aten::new_ones", "aten::new_full", "aten::upsample_nearest1d", "aten::upsample_nearest2d",
-    "aten::_upsample_nearest_exact2d", "aten::channel_shuffle", "aten::native_channel_shuffle",
-    "aten::squeeze_copy", "aten::unsqueeze_copy", "aten::view_copy", "aten::permute_copy",
-    "aten::expand_copy", "aten::slice_copy", "aten::select_copy", "aten::transpose_copy", "aten::t_copy",
-    "aten::alias_copy", "aten::detach_copy", "aten::as_strided_copy", "aten::unfold_copy", "aten::zero",
-    "aten::index_fill", "aten::masked_fill_", "aten::diag_embed",
+    "aten::view",
+    "aten::reshape",
+    "aten::_unsafe_view",
+    "aten::view_as",
+    "aten::reshape_as",
+    "aten::expand",
+    "aten::expand_as",
+    "aten::broadcast_to",
+    "aten::permute",
+    "aten::transpose",
+    "aten::swapaxes",
+    "aten::swapdims",
+    "aten::t",
+    "aten::mT",
+    "aten::unsqueeze",
+    "aten::squeeze",
+    "aten::slice",
+    "aten::select",
+    "aten::narrow",
+    "aten::flip",
+    "aten::fliplr",
+    "aten::flipud",
+    "aten::roll",
+    "aten::rot90",
+    "aten::repeat",
+    "aten::tile",
+    "aten::alias",
+    "aten::detach",
+    "aten::clone",
+    "aten::contiguous",
+    "aten::lift_fresh_copy",
+    "aten::movedim",
+    "aten::moveaxis",
+    "aten::flatten",
+    "aten::unflatten",
+    "aten::diagonal",
+    "aten::tril",
+    "aten::triu",
+    "aten::pixel_shuffle",
+    "aten::pixel_unshuffle",
+    "aten::constant_pad_nd",
+    "aten::pad",
+    "aten::reflection_pad1d",
+    "aten::reflection_pad2d",
+    "aten::reflection_pad3d",
+    "aten::replication_pad1d",
+    "aten::replication_pad2d",
+    "aten::replication_pad3d",
+    "aten::circular_pad1d",
+    "aten::circular_pad2d",
+    "aten::_pad_circular",
+    "aten::im2col",
+    "aten::unfold",
+    "aten::index_select",
+    "aten::gather",
+    "aten::take_along_dim",
+    "aten::index",
+    "aten::split",
+    "aten::split_with_sizes",
+    "aten::chunk",
+    "aten::tensor_split",
+    "aten::unbind",
+    "aten::cat",
+    "aten::concat",
+    "aten::concatenate",
+    "aten::stack",
+    "aten::hstack",
+    "aten::vstack",
+    "aten::slice_scatter",
+    "aten::select_scatter",
+    "aten::diagonal_scatter",
+    "aten::index_put",
+    "aten::scatter",
+    "aten::copy",
+    "aten::masked_scatter",
+    "aten::fill",
+    "aten::zeros_like",
+    "aten::ones_like",
+    "aten::full_like",
+    "aten::new_zeros",
+    "aten::new_ones",
+    "aten::new_full",
+    "aten::upsample_nearest1d",
+    "aten::upsample_nearest2d",
+    "aten::_upsample_nearest_exact2d",
+    "aten::channel_shuffle",
+    "aten::native_channel_shuffle",
+    "aten::squeeze_copy",
+    "aten::unsqueeze_copy",
+    "aten::view_copy",
+    "aten::permute_copy",
+    "aten::expand_copy",
+    "aten::slice_copy",
+    "aten::select_copy",
+    "aten::transpose_copy",
+    "aten::t_copy",
+    "aten::alias_copy",
+    "aten::detach_copy",
+    "aten::as_strided_copy",
+    "aten::unfold_copy",
+    "aten::zero",
+    "aten::index_fill",
+    "aten::masked_fill_",
+    "aten::diag_embed",
 )
 
 
@@ -61,10 +143,14 @@ _MOVEMENT = (
 MOVEMENT_OPS = frozenset(_MOVEMENT)
 
 #: Arguments that only give a shape.
-_SHAPE_ONLY = frozenset({("aten::view_as", "other"), ("aten::reshape_as", "other"), ("aten::expand_as", "other")})
+_SHAPE_ONLY = frozenset(
+    {("aten::view_as", "other"), ("aten::reshape_as", "other"), ("aten::expand_as", "other")}
+)
 
 
-def _replace_value(args: tuple[Any, ...], kwargs: dict[str, Any], old: Any, new: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _replace_value(
+    args: tuple[Any, ...], kwargs: dict[str, Any], old: Any, new: Any
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
     def swap(v: Any) -> Any:
         if v is old:
             return new
@@ -80,10 +166,25 @@ def _replace_value(args: tuple[Any, ...], kwargs: dict[str, Any], old: Any, new:
 #: Views and copies that rearrange all entries of their one operand exactly once.
 _BIJECTIVE = frozenset(
     {
-        "aten::view", "aten::reshape", "aten::_unsafe_view", "aten::permute", "aten::transpose", "aten::t",
-        "aten::mT", "aten::unsqueeze", "aten::squeeze", "aten::alias", "aten::detach", "aten::clone",
-        "aten::contiguous", "aten::movedim", "aten::flatten", "aten::unflatten", "aten::unbind",
-        "aten::swapaxes", "aten::swapdims",
+        "aten::view",
+        "aten::reshape",
+        "aten::_unsafe_view",
+        "aten::permute",
+        "aten::transpose",
+        "aten::t",
+        "aten::mT",
+        "aten::unsqueeze",
+        "aten::squeeze",
+        "aten::alias",
+        "aten::detach",
+        "aten::clone",
+        "aten::contiguous",
+        "aten::movedim",
+        "aten::flatten",
+        "aten::unflatten",
+        "aten::unbind",
+        "aten::swapaxes",
+        "aten::swapdims",
     }
 )
 
@@ -96,7 +197,12 @@ def _permutation_of_one(call: OpCall, data: list[Any], replace: dict[int, int]) 
     Anything else (copies, fills, an invariant operand with value classes) goes to the
     general ``movement``.
     """
-    if len(data) != 1 or not isinstance(data[0], Moving) or data[0].invariant or data[0].source is not None:
+    if (
+        len(data) != 1
+        or not isinstance(data[0], Moving)
+        or data[0].invariant
+        or data[0].source is not None
+    ):
         return None
     x = data[0]
     probe = torch.arange(x.numel).reshape(x.shape)
@@ -139,7 +245,12 @@ def _movement_rule(call: OpCall) -> Any:
         if name in data_names:
             data.extend(_tensor_values(v))
         elif (packet, name) in _SHAPE_ONLY and isinstance(v, Moving):
-            call.raw_args, call.raw_kwargs = _replace_value(call.raw_args, call.raw_kwargs, v, Constant(torch.empty(v.shape), torch.empty(v.shape)))
+            call.raw_args, call.raw_kwargs = _replace_value(
+                call.raw_args,
+                call.raw_kwargs,
+                v,
+                Constant(torch.empty(v.shape), torch.empty(v.shape)),
+            )
         else:
             _structural(call, v, f"argument {name!r}")
     if not data:
@@ -159,5 +270,3 @@ def _movement_rule(call: OpCall) -> Any:
 def _uninitialised(call: OpCall) -> Any:
     call.args.touch_all()
     raise Unverifiable(f"{call.label}: uninitialised memory")
-
-

@@ -35,7 +35,11 @@ def _layer_norm(call: OpCall) -> Any:
     n = len(shape)
     dims = list(range(len(x.shape) - n, len(x.shape)))
     weight, bias = call.args["weight"], call.args["bias"]
-    rows = _row_maps(x, math.prod(shape)) if not isinstance(weight, Moving) and not isinstance(bias, Moving) else None
+    rows = (
+        _row_maps(x, math.prod(shape))
+        if not isinstance(weight, Moving) and not isinstance(bias, Moving)
+        else None
+    )
     if rows is not None:  # rows move whole: each is normalised (and scaled) the same way
         out = _with_rows(rows, math.prod(shape), x.shape, x.dtype, x.frame)
         if isinstance(call.out_meta, list | tuple):
@@ -43,7 +47,9 @@ def _layer_norm(call: OpCall) -> Any:
             return (out, stat, stat)
         return out
     out = normalize(x, dims, x.dtype, call.label)
-    out = _affine(call, out, call.args["weight"], call.args["bias"], (1,) * (len(x.shape) - n) + shape)
+    out = _affine(
+        call, out, call.args["weight"], call.args["bias"], (1,) * (len(x.shape) - n) + shape
+    )
     if isinstance(call.out_meta, list | tuple):
         stat = reduce(x, dims, call.out_shape(1), call.out_dtype(1), call.label)
         return (out, stat, stat)
@@ -70,10 +76,19 @@ def _group_norm(call: OpCall) -> Any:
     grouped = _reshape(call, x, (b, g, (c // g) * rest))
     normed = normalize(grouped, [2], x.dtype, call.label)
     out = _reshape(call, normed, x.shape)
-    return _affine(call, out, call.args["weight"], call.args["bias"], (1, c) + (1,) * (len(x.shape) - 2))
+    return _affine(
+        call, out, call.args["weight"], call.args["bias"], (1, c) + (1,) * (len(x.shape) - 2)
+    )
 
 
-@rule("aten::batch_norm", "aten::_native_batch_norm_legit_no_training", "aten::_native_batch_norm_legit_functional", "aten::_native_batch_norm_legit", "aten::native_batch_norm", "aten::instance_norm")
+@rule(
+    "aten::batch_norm",
+    "aten::_native_batch_norm_legit_no_training",
+    "aten::_native_batch_norm_legit_functional",
+    "aten::_native_batch_norm_legit",
+    "aten::native_batch_norm",
+    "aten::instance_norm",
+)
 def _batch_norm(call: OpCall) -> Any:
     x = _moving_input(call, "input")
     packet = call.target._schema.name
@@ -86,8 +101,15 @@ def _batch_norm(call: OpCall) -> Any:
             raise Unverifiable(f"{call.label}: instance norm with running statistics")
         out = normalize(x, list(range(2, len(x.shape))), x.dtype, call.label)
         return _affine(call, out, call.args["weight"], call.args["bias"], view)
-    training = call.args.get("training", False) if packet != "aten::_native_batch_norm_legit_no_training" else False
-    if packet == "aten::_native_batch_norm_legit_functional" or packet == "aten::_native_batch_norm_legit":
+    training = (
+        call.args.get("training", False)
+        if packet != "aten::_native_batch_norm_legit_no_training"
+        else False
+    )
+    if (
+        packet == "aten::_native_batch_norm_legit_functional"
+        or packet == "aten::_native_batch_norm_legit"
+    ):
         training = call.args["training"]
     if training:
         out = normalize(x, [0, *list(range(2, len(x.shape)))], x.dtype, call.label)
@@ -95,7 +117,12 @@ def _batch_norm(call: OpCall) -> Any:
         out = x
         for stat in (call.args["running_mean"], call.args["running_var"]):
             if stat is not None:
-                out = pointwise([out, movement(lambda d: d[0].reshape(view), [stat], call.label)[0]], x.shape, x.dtype, call.label + " statistics")
+                out = pointwise(
+                    [out, movement(lambda d: d[0].reshape(view), [stat], call.label)[0]],
+                    x.shape,
+                    x.dtype,
+                    call.label + " statistics",
+                )
     out = _affine(call, out, call.args["weight"], call.args["bias"], view)
     if isinstance(call.out_meta, list | tuple):
         extra = [Poison("batch statistics") for _ in range(len(call.out_meta) - 1)]
@@ -116,5 +143,3 @@ def _embedding(call: OpCall) -> Any:
         return Moving(call.out_shape(), call.out_dtype(), idx.frame, None)
     maps = [(m[:, None] * d + torch.arange(d)).reshape(-1) for m in idx.moves]  # type: ignore[union-attr]
     return Moving(call.out_shape(), call.out_dtype(), idx.frame, maps)
-
-

@@ -19,11 +19,20 @@ def _pointwise_rule(call: OpCall) -> Any:
     operands = [v for v in call.args.values.values() for v in _tensor_values(v)]
     for v in call.args.values.values():
         if isinstance(v, FrameValue | Poison):
-            raise Unverifiable(f"{call.label}: uses an untracked value (a canonicalizer's frame or positions) as data")
+            raise Unverifiable(
+                f"{call.label}: uses an untracked value (a canonicalizer's frame or positions) as data"
+            )
     return pointwise(operands, call.out_shape(), call.out_dtype(), call.label)
 
 
-@rule("aten::_to_copy", "aten::to", "aten::_conj", "aten::resolve_conj", "aten::resolve_neg", "aten::positive")
+@rule(
+    "aten::_to_copy",
+    "aten::to",
+    "aten::_conj",
+    "aten::resolve_conj",
+    "aten::resolve_neg",
+    "aten::positive",
+)
 def _cast(call: OpCall) -> Any:
     return _pointwise_rule(call)
 
@@ -53,5 +62,3 @@ def _native_dropout(call: OpCall) -> Any:
     if train is False or p == 0.0:
         return (x, Poison("dropout mask"))
     raise Unverifiable(f"{call.label}: draws random numbers (dropout in training mode)")
-
-

@@ -19,16 +19,29 @@ from ._values import Moving, Unverifiable
 # ----------------------------------------------------------------------------- reductions
 
 
-def _reduction(call: OpCall, dims: Any, positional: bool = False, out_index: int | None = None) -> Moving:
+def _reduction(
+    call: OpCall, dims: Any, positional: bool = False, out_index: int | None = None
+) -> Moving:
     x = _moving_input(call, "self" if "self" in call.args.values else "input")
     call.args.touch("self", "input", "keepdim", "dtype", "out_dtype")
     ds = _dims(dims, len(x.shape))
-    return reduce(x, ds, call.out_shape(out_index), call.out_dtype(out_index), call.label, positional)
+    return reduce(
+        x, ds, call.out_shape(out_index), call.out_dtype(out_index), call.label, positional
+    )
 
 
 @rule(
-    "aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::prod", "aten::logsumexp", "aten::nansum",
-    "aten::nanmean", "aten::all", "aten::any", "aten::count_nonzero",
+    "aten::sum",
+    "aten::mean",
+    "aten::amax",
+    "aten::amin",
+    "aten::prod",
+    "aten::logsumexp",
+    "aten::nansum",
+    "aten::nanmean",
+    "aten::all",
+    "aten::any",
+    "aten::count_nonzero",
 )
 def _sum_like(call: OpCall) -> Any:
     dim = call.args.get("dim") if "dim" in call.args.values else None
@@ -62,7 +75,9 @@ def _max_min(call: OpCall) -> Any:
         values = _reduction(call, dim, out_index=0)
         x = _moving_input(call)
         try:
-            indices: Any = reduce(x, _dims(dim, len(x.shape)), call.out_shape(1), call.out_dtype(1), call.label, True)
+            indices: Any = reduce(
+                x, _dims(dim, len(x.shape)), call.out_shape(1), call.out_dtype(1), call.label, True
+            )
         except Unverifiable as err:
             indices = Poison(str(err))
         return (values, indices)
@@ -76,7 +91,13 @@ def _argmax(call: OpCall) -> Any:
     return _reduction(call, call.args["dim"], positional=True)
 
 
-@rule("aten::softmax", "aten::_softmax", "aten::log_softmax", "aten::_log_softmax", "aten::special_softmax")
+@rule(
+    "aten::softmax",
+    "aten::_softmax",
+    "aten::log_softmax",
+    "aten::_log_softmax",
+    "aten::special_softmax",
+)
 def _softmax(call: OpCall) -> Any:
     x = _moving_input(call)
     call.args.touch("half_to_float", "dtype")
@@ -102,9 +123,18 @@ def _sort(call: OpCall) -> Any:
     if packet == "aten::topk" and not call.args["sorted"]:
         # the order of the k values returned then depends on where they were: only rows
         # that the group does not permute inside are safe
-        reduce(x, _dims(dim, len(x.shape)), tuple(s for i, s in enumerate(x.shape) if i not in _dims(dim, len(x.shape))), x.dtype, call.label, positional=True)
+        reduce(
+            x,
+            _dims(dim, len(x.shape)),
+            tuple(s for i, s in enumerate(x.shape) if i not in _dims(dim, len(x.shape))),
+            x.dtype,
+            call.label,
+            positional=True,
+        )
     if packet == "aten::kthvalue":
-        values = reduce(x, _dims(dim, len(x.shape)), call.out_shape(0), call.out_dtype(0), call.label)
+        values = reduce(
+            x, _dims(dim, len(x.shape)), call.out_shape(0), call.out_dtype(0), call.label
+        )
         return (values, Poison("kth-value positions"))
     ds = _dims(dim, len(x.shape))
     if len(ds) != 1:
@@ -128,5 +158,3 @@ def _sort(call: OpCall) -> Any:
     if isinstance(call.out_meta, list | tuple):
         return (values, Poison("sort / top-k positions"))
     return values
-
-

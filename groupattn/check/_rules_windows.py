@@ -26,11 +26,25 @@ def _pair(v: Any, n: int = 2) -> tuple[int, ...]:
     return v * n if len(v) == 1 else v
 
 
-def _unfold(call: OpCall, x: Any, kernel: tuple[int, ...], dilation: tuple[int, ...], padding: tuple[int, ...], stride: tuple[int, ...]) -> Any:
-    return movement(lambda d: F.unfold(d[0], kernel, dilation, padding, stride), [x], call.label + " windows", rows=(0, 2))[0]
+def _unfold(
+    call: OpCall,
+    x: Any,
+    kernel: tuple[int, ...],
+    dilation: tuple[int, ...],
+    padding: tuple[int, ...],
+    stride: tuple[int, ...],
+) -> Any:
+    return movement(
+        lambda d: F.unfold(d[0], kernel, dilation, padding, stride),
+        [x],
+        call.label + " windows",
+        rows=(0, 2),
+    )[0]
 
 
-def _conv(call: OpCall, x: Any, w: Any, bias: Any, stride: Any, padding: Any, dilation: Any, groups: int) -> Any:
+def _conv(
+    call: OpCall, x: Any, w: Any, bias: Any, stride: Any, padding: Any, dilation: Any, groups: int
+) -> Any:
     sx, sw = _value_shape(x), _value_shape(w)
     dims = len(sw) - 2
     if dims not in (1, 2) or len(sx) != dims + 2:
@@ -74,7 +88,16 @@ def _conv(call: OpCall, x: Any, w: Any, bias: Any, stride: Any, padding: Any, di
 
 @rule("aten::conv1d", "aten::conv2d")
 def _conv_rule(call: OpCall) -> Any:
-    return _conv(call, call.args["input"], call.args["weight"], call.args["bias"], call.args["stride"], call.args["padding"], call.args["dilation"], call.args["groups"])
+    return _conv(
+        call,
+        call.args["input"],
+        call.args["weight"],
+        call.args["bias"],
+        call.args["stride"],
+        call.args["padding"],
+        call.args["dilation"],
+        call.args["groups"],
+    )
 
 
 @rule("aten::convolution", "aten::_convolution")
@@ -83,7 +106,16 @@ def _convolution_rule(call: OpCall) -> Any:
     if call.args["transposed"]:
         raise Unverifiable(f"{call.label}: transposed convolutions are not supported")
     call.args.touch("output_padding")
-    return _conv(call, call.args["input"], call.args["weight"], call.args["bias"], call.args["stride"], call.args["padding"], call.args["dilation"], call.args["groups"])
+    return _conv(
+        call,
+        call.args["input"],
+        call.args["weight"],
+        call.args["bias"],
+        call.args["stride"],
+        call.args["padding"],
+        call.args["dilation"],
+        call.args["groups"],
+    )
 
 
 def _pool(call: OpCall, kind: str) -> Any:
@@ -96,10 +128,18 @@ def _pool(call: OpCall, kind: str) -> Any:
     stride_arg = call.args["stride"]
     stride = kernel if stride_arg in (None, []) or stride_arg == () else _pair(stride_arg, dims)
     padding = _pair(call.args["padding"], dims)
-    dilation = _pair(call.args.get("dilation", 1), dims) if "dilation" in call.args.values else (1,) * dims
+    dilation = (
+        _pair(call.args.get("dilation", 1), dims) if "dilation" in call.args.values else (1,) * dims
+    )
     if call.args["ceil_mode"]:
-        expected = tuple((s + 2 * p - d * (k - 1) - 1) // st + 1 for s, p, d, k, st in zip(sx[2:], padding, dilation, kernel, stride))
-        if tuple(call.out_shape(0 if isinstance(call.out_meta, list | tuple) else None)[2:]) != expected:
+        expected = tuple(
+            (s + 2 * p - d * (k - 1) - 1) // st + 1
+            for s, p, d, k, st in zip(sx[2:], padding, dilation, kernel, stride)
+        )
+        if (
+            tuple(call.out_shape(0 if isinstance(call.out_meta, list | tuple) else None)[2:])
+            != expected
+        ):
             raise Unverifiable(f"{call.label}: ceil_mode adds partial windows")
     if dims == 1:
         x4 = _reshape(call, x, (sx[0], sx[1], 1, sx[2]))
@@ -113,7 +153,13 @@ def _pool(call: OpCall, kind: str) -> Any:
     b, ck, l_ = cols.shape
     c = sx[1]
     cols = _reshape(call, cols, (b, c, ck // c, l_))
-    pooled = reduce(cols, [2], (b, c, l_), call.out_dtype(0 if isinstance(call.out_meta, list | tuple) else None), call.label)
+    pooled = reduce(
+        cols,
+        [2],
+        (b, c, l_),
+        call.out_dtype(0 if isinstance(call.out_meta, list | tuple) else None),
+        call.label,
+    )
     out_shape = call.out_shape(0) if isinstance(call.out_meta, list | tuple) else call.out_shape()
     out = _reshape(call, pooled, out_shape)
     if kind == "avg":
@@ -124,14 +170,23 @@ def _pool(call: OpCall, kind: str) -> Any:
             if dims == 1:
                 counts = F.avg_pool1d(ones[0], kernel, stride, padding, False, False) * kernel[0]
             else:
-                counts = F.avg_pool2d(ones, kernel, stride, padding, False, False) * math.prod(kernel)
-            out = pointwise([out, Constant(counts, counts)], out_shape, out.dtype, call.label + " divisor")
+                counts = F.avg_pool2d(ones, kernel, stride, padding, False, False) * math.prod(
+                    kernel
+                )
+            out = pointwise(
+                [out, Constant(counts, counts)], out_shape, out.dtype, call.label + " divisor"
+            )
     if isinstance(call.out_meta, list | tuple):
         return (out, Poison("max-pool positions"))
     return out
 
 
-@rule("aten::max_pool1d", "aten::max_pool2d", "aten::max_pool2d_with_indices", "aten::max_pool1d_with_indices")
+@rule(
+    "aten::max_pool1d",
+    "aten::max_pool2d",
+    "aten::max_pool2d_with_indices",
+    "aten::max_pool1d_with_indices",
+)
 def _max_pool(call: OpCall) -> Any:
     return _pool(call, "max")
 
@@ -141,7 +196,13 @@ def _avg_pool(call: OpCall) -> Any:
     return _pool(call, "avg")
 
 
-@rule("aten::adaptive_avg_pool1d", "aten::adaptive_avg_pool2d", "aten::_adaptive_avg_pool2d", "aten::adaptive_max_pool2d", "aten::adaptive_max_pool1d")
+@rule(
+    "aten::adaptive_avg_pool1d",
+    "aten::adaptive_avg_pool2d",
+    "aten::_adaptive_avg_pool2d",
+    "aten::adaptive_max_pool2d",
+    "aten::adaptive_max_pool1d",
+)
 def _adaptive_pool(call: OpCall) -> Any:
     x = _moving_input(call)
     size = call.args["output_size"]
@@ -163,5 +224,3 @@ def _adaptive_pool(call: OpCall) -> Any:
     else:
         raise Unverifiable(f"{call.label}: adaptive pooling with uneven windows")
     return (out, Poison("max-pool positions")) if indexed else out
-
-

@@ -87,14 +87,20 @@ def broadcast_index(shape: Sequence[int], out_shape: Sequence[int]) -> torch.Ten
     shape = tuple(int(s) for s in shape)
     out_shape = tuple(int(s) for s in out_shape)
     padded = (1,) * (len(out_shape) - len(shape)) + shape
-    base = torch.arange(_numel(shape)).reshape(padded) if shape else torch.zeros((), dtype=torch.long).reshape(padded)
+    base = (
+        torch.arange(_numel(shape)).reshape(padded)
+        if shape
+        else torch.zeros((), dtype=torch.long).reshape(padded)
+    )
     return base.expand(out_shape).reshape(-1)
 
 
 # ----------------------------------------------------------------------------- pointwise
 
 
-def pointwise(operands: Sequence[Any], out_shape: Sequence[int], dtype: torch.dtype, what: str) -> Moving:
+def pointwise(
+    operands: Sequence[Any], out_shape: Sequence[int], dtype: torch.dtype, what: str
+) -> Moving:
     """``out[j] = f(a[ia(j)], b[ib(j)], …)`` for broadcast operands.
 
     An output map ``s`` must satisfy, for every operand: a moving operand's entry at
@@ -125,7 +131,11 @@ def pointwise(operands: Sequence[Any], out_shape: Sequence[int], dtype: torch.dt
         else:
             columns.append(idx)
             kinds.append(("moving", v, idx))
-    keys = torch.stack(columns, dim=1) if columns else torch.zeros(_numel(out_shape), 0, dtype=torch.long)
+    keys = (
+        torch.stack(columns, dim=1)
+        if columns
+        else torch.zeros(_numel(out_shape), 0, dtype=torch.long)
+    )
     if not active:
         return Moving(out_shape, dtype, frame, None, classes=dense_ids(keys) if columns else None)
     full = next((v for v in active if v.shape == out_shape), None)
@@ -146,12 +156,16 @@ def pointwise(operands: Sequence[Any], out_shape: Sequence[int], dtype: torch.dt
             continue
         found = lookup_rows(keys, t)
         if found is None:
-            raise Breaks(f"{what}: no entry of its output moves with the input (its operands move in ways that do not fit together)")
+            raise Breaks(
+                f"{what}: no entry of its output moves with the input (its operands move in ways that do not fit together)"
+            )
         maps.append(found)
     return Moving(out_shape, dtype, frame, maps).normalised()
 
 
-def _pointwise_reason(kinds: list[tuple[str, Any, torch.Tensor]], bad: torch.Tensor, what: str) -> str:
+def _pointwise_reason(
+    kinds: list[tuple[str, Any, torch.Tensor]], bad: torch.Tensor, what: str
+) -> str:
     for (kind, v, _), col_bad in zip(kinds, bad.unbind(1)):
         if not bool(col_bad.any()):
             continue
@@ -168,7 +182,9 @@ def _pointwise_reason(kinds: list[tuple[str, Any, torch.Tensor]], bad: torch.Ten
 # ----------------------------------------------------------------------------- movement
 
 
-def _expand(fn: Callable[[list[torch.Tensor]], Any], data: Sequence[Any], depth: int = 0) -> tuple[Callable[[list[torch.Tensor]], Any], list[Any]]:
+def _expand(
+    fn: Callable[[list[torch.Tensor]], Any], data: Sequence[Any], depth: int = 0
+) -> tuple[Callable[[list[torch.Tensor]], Any], list[Any]]:
     """Replace operands that duplicate entries of their own sources by those sources.
 
     A copy with repeated entries (circular padding, ``expand``) has ambiguous maps:
@@ -203,7 +219,12 @@ def _expand(fn: Callable[[list[torch.Tensor]], Any], data: Sequence[Any], depth:
     return composed, flat
 
 
-def movement(fn: Callable[[list[torch.Tensor]], Any], data: Sequence[Any], what: str, rows: Sequence[int] | None = None) -> list[Any]:
+def movement(
+    fn: Callable[[list[torch.Tensor]], Any],
+    data: Sequence[Any],
+    what: str,
+    rows: Sequence[int] | None = None,
+) -> list[Any]:
     """Outputs of a pure data movement ``fn`` (copies of operand entries and constant fills).
 
     ``fn`` is run on three index probes (float64); an output entry that is neither a
@@ -241,7 +262,13 @@ def movement(fn: Callable[[list[torch.Tensor]], Any], data: Sequence[Any], what:
         return _movement(efn, edata, what, rows, (fn, list(data)))
 
 
-def _movement(fn: Callable[[list[torch.Tensor]], Any], data: list[Any], what: str, rows: Sequence[int] | None, original: tuple[Any, list[Any]]) -> list[Any]:
+def _movement(
+    fn: Callable[[list[torch.Tensor]], Any],
+    data: list[Any],
+    what: str,
+    rows: Sequence[int] | None,
+    original: tuple[Any, list[Any]],
+) -> list[Any]:
     original_fn, original_data = original
     frame = common_frame(data, what)
     assert frame is not None
@@ -251,7 +278,10 @@ def _movement(fn: Callable[[list[torch.Tensor]], Any], data: list[Any], what: st
         offsets.append(offsets[-1] + n)
     total = offsets[-1]
     gap = float(total + 7)
-    probes1 = [torch.arange(n, dtype=torch.float64).reshape(_shape(v)) + offsets[k] + 1 for k, (v, n) in enumerate(zip(data, sizes))]
+    probes1 = [
+        torch.arange(n, dtype=torch.float64).reshape(_shape(v)) + offsets[k] + 1
+        for k, (v, n) in enumerate(zip(data, sizes))
+    ]
     try:
         out1 = fn(probes1)
         out2 = fn([p + gap for p in probes1])
@@ -259,13 +289,21 @@ def _movement(fn: Callable[[list[torch.Tensor]], Any], data: list[Any], what: st
     except Unverifiable:
         raise
     except Exception as err:
-        raise Unverifiable(f"{what}: could not be replayed on index probes ({type(err).__name__}: {err})") from err
+        raise Unverifiable(
+            f"{what}: could not be replayed on index probes ({type(err).__name__}: {err})"
+        ) from err
     outs1 = [out1] if isinstance(out1, torch.Tensor) else list(out1)
     outs2 = [out2] if isinstance(out2, torch.Tensor) else list(out2)
     outs3 = [out3] if isinstance(out3, torch.Tensor) else list(out3)
     # global tables: which operand owns an index, its map per generator, constant values
-    owner = torch.repeat_interleave(torch.arange(len(data)), torch.tensor(sizes, dtype=torch.long)) if total else torch.zeros(0, dtype=torch.long)
-    is_moving_active = torch.tensor([isinstance(v, Moving) and not v.invariant for v in data], dtype=torch.bool)
+    owner = (
+        torch.repeat_interleave(torch.arange(len(data)), torch.tensor(sizes, dtype=torch.long))
+        if total
+        else torch.zeros(0, dtype=torch.long)
+    )
+    is_moving_active = torch.tensor(
+        [isinstance(v, Moving) and not v.invariant for v in data], dtype=torch.bool
+    )
     const1 = torch.zeros(total, dtype=torch.float64)
     const2 = torch.zeros(total, dtype=torch.float64)
     const3 = torch.zeros(total, dtype=torch.float64)
@@ -296,7 +334,9 @@ def _movement(fn: Callable[[list[torch.Tensor]], Any], data: list[Any], what: st
         copy = (f2 - f1 == gap) & (f3 == 3 * f1)
         fill = (f1 == f2) & (f2 == f3)
         if not bool((copy | fill).all()):
-            raise Unverifiable(f"{what}: not a pure data movement (some output entries combine several inputs)")
+            raise Unverifiable(
+                f"{what}: not a pure data movement (some output entries combine several inputs)"
+            )
         src = torch.where(copy, f1 - 1, torch.zeros_like(f1)).long()
         if bool(copy.any()) and (int(src[copy].min()) < 0 or int(src[copy].max()) >= total):
             raise Unverifiable(f"{what}: its index probes left the input range")
@@ -306,13 +346,25 @@ def _movement(fn: Callable[[list[torch.Tensor]], Any], data: list[Any], what: st
         if not bool(from_moving.any()) or not sources_move:
             # only constants, fills and invariant entries: the result does not move;
             # entries copied from one entry (or holding one constant) are equal
-            keys = _movement_keys(src, from_moving, from_const, (const1, const2, const3), exact, f1, inv_class)
-            results.append(Moving(tuple(o1.shape), dtype, frame, None, classes=torch.unique(keys, return_inverse=True)[1]))
+            keys = _movement_keys(
+                src, from_moving, from_const, (const1, const2, const3), exact, f1, inv_class
+            )
+            results.append(
+                Moving(
+                    tuple(o1.shape),
+                    dtype,
+                    frame,
+                    None,
+                    classes=torch.unique(keys, return_inverse=True)[1],
+                )
+            )
             continue
         check_budget(tuple(o1.shape), frame, what)
         keys = src.clone()
         maps: list[torch.Tensor] = []
-        all_keys = _movement_keys(src, from_moving, from_const, (const1, const2, const3), exact, f1, inv_class)
+        all_keys = _movement_keys(
+            src, from_moving, from_const, (const1, const2, const3), exact, f1, inv_class
+        )
         row_ids = _row_signature(all_keys, tuple(o1.shape), rows) if rows is not None else None
         moving_pos = torch.nonzero(from_moving).reshape(-1)
         moving_src = src[moving_pos]
@@ -325,7 +377,10 @@ def _movement(fn: Callable[[list[torch.Tensor]], Any], data: list[Any], what: st
             sorted_src = moving_src[order]
             starts = torch.ones_like(sorted_src, dtype=torch.bool)
             starts[1:] = sorted_src[1:] != sorted_src[:-1]
-            first = torch.cummax(torch.where(starts, torch.arange(sorted_src.numel()), torch.zeros_like(sorted_src)), 0).values
+            first = torch.cummax(
+                torch.where(starts, torch.arange(sorted_src.numel()), torch.zeros_like(sorted_src)),
+                0,
+            ).values
             rank = torch.empty_like(moving_src)
             rank[order] = torch.arange(sorted_src.numel()) - first
         for gm in global_maps:
@@ -335,10 +390,15 @@ def _movement(fn: Callable[[list[torch.Tensor]], Any], data: list[Any], what: st
                 targets = all_keys.clone()
                 targets[moving_pos] = wanted
                 assert rows is not None
-                target_rows = _row_signature(targets, tuple(o1.shape), rows, reference=(all_keys, row_ids))
+                target_rows = _row_signature(
+                    targets, tuple(o1.shape), rows, reference=(all_keys, row_ids)
+                )
                 if target_rows is None:
                     raise Breaks(f"{what}: windows do not move onto windows")
-                hit = lookup_rows(torch.stack([row_ids[moving_pos], moving_src], 1), torch.stack([target_rows[moving_pos], wanted], 1))
+                hit = lookup_rows(
+                    torch.stack([row_ids[moving_pos], moving_src], 1),
+                    torch.stack([target_rows[moving_pos], wanted], 1),
+                )
                 if hit is None:
                     raise Breaks(_movement_reason(from_moving, fill, what))
                 found[moving_pos] = moving_pos[hit]
@@ -350,14 +410,18 @@ def _movement(fn: Callable[[list[torch.Tensor]], Any], data: list[Any], what: st
                 found[moving_pos] = hit
             else:
                 # the k-th copy of an entry goes to the k-th copy of its image (broadcasts keep their structure)
-                hit = lookup_rows(torch.stack([moving_src, rank], 1), torch.stack([wanted, rank], 1))
+                hit = lookup_rows(
+                    torch.stack([moving_src, rank], 1), torch.stack([wanted, rank], 1)
+                )
                 if hit is None:
                     hit = lookup_rows(moving_src[:, None], wanted[:, None])
                 if hit is None:
                     raise Breaks(_movement_reason(from_moving, fill, what))
                 found[moving_pos] = moving_pos[hit]
             if rows is None:
-                _place_fills_like_operand(found, from_moving, all_keys, data, tuple(o1.shape), g_index=len(maps))
+                _place_fills_like_operand(
+                    found, from_moving, all_keys, data, tuple(o1.shape), g_index=len(maps)
+                )
             maps.append(found)
         value = Moving(tuple(o1.shape), dtype, frame, maps).normalised()
         if not unique_sources:
@@ -367,7 +431,13 @@ def _movement(fn: Callable[[list[torch.Tensor]], Any], data: list[Any], what: st
     return results
 
 
-def _place_fills_by_consensus(found: torch.Tensor, from_moving: torch.Tensor, keys: torch.Tensor, shape: tuple[int, ...], rows: Sequence[int]) -> None:
+def _place_fills_by_consensus(
+    found: torch.Tensor,
+    from_moving: torch.Tensor,
+    keys: torch.Tensor,
+    shape: tuple[int, ...],
+    rows: Sequence[int],
+) -> None:
     """Move constant entries of windows the way the copied entries move inside them.
 
     Inside each window the copied entries move by a permutation of window positions;
@@ -420,10 +490,19 @@ def _place_fills_by_consensus(found: torch.Tensor, from_moving: torch.Tensor, ke
     found[fills[has]] = cand[has]
 
 
-def _place_fills_like_operand(found: torch.Tensor, from_moving: torch.Tensor, keys: torch.Tensor, data: list[Any], shape: tuple[int, ...], g_index: int) -> None:
+def _place_fills_like_operand(
+    found: torch.Tensor,
+    from_moving: torch.Tensor,
+    keys: torch.Tensor,
+    data: list[Any],
+    shape: tuple[int, ...],
+    g_index: int,
+) -> None:
     """For an output shaped like a moving operand, move its constant entries as that operand moves
     (where the target holds the same constant), so e.g. ``y[:, 0] = 0`` keeps the input's action."""
-    ref = next((v for v in data if isinstance(v, Moving) and not v.invariant and v.shape == shape), None)
+    ref = next(
+        (v for v in data if isinstance(v, Moving) and not v.invariant and v.shape == shape), None
+    )
     if ref is None or bool(from_moving.all()):
         return
     fills = torch.nonzero(~from_moving).reshape(-1)
@@ -454,7 +533,12 @@ def _movement_keys(
     return torch.where(from_moving, src, -1 - cls)
 
 
-def _row_signature(keys: torch.Tensor, shape: tuple[int, ...], rows: Sequence[int], reference: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor | None:
+def _row_signature(
+    keys: torch.Tensor,
+    shape: tuple[int, ...],
+    rows: Sequence[int],
+    reference: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor | None:
     """An id per entry naming its window by the sorted multiset of keys in the window.
 
     With ``reference = (keys, ids)`` the ids are those of the reference windows with the
@@ -492,7 +576,9 @@ def _movement_reason(from_moving: torch.Tensor, fill: torch.Tensor, what: str) -
 # ----------------------------------------------------------------------------- reductions
 
 
-def _row_structure(x: Moving, dims: Sequence[int], what: str, g: int) -> tuple[torch.Tensor, torch.Tensor, bool]:
+def _row_structure(
+    x: Moving, dims: Sequence[int], what: str, g: int
+) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """Split the map of generator ``g`` along reduced ``dims``.
 
     Returns the map of the kept coordinates (one per kept index, row-major over the
@@ -519,14 +605,23 @@ def _row_structure(x: Moving, dims: Sequence[int], what: str, g: int) -> tuple[t
     perm = keep + red
     rows = red_src.reshape(shape).permute(perm).reshape(-1, max(rsize, 1))
     if rsize and not bool((rows.sort(dim=1).values == torch.arange(rsize)).all()):
-        raise Unverifiable(f"{what}: the group does not permute the entries along dim(s) {red} one-to-one")
+        raise Unverifiable(
+            f"{what}: the group does not permute the entries along dim(s) {red} one-to-one"
+        )
     identity_inside = bool(torch.equal(red_src, red_own))
     keep_src = [src[d].reshape(shape).permute(perm).reshape(-1, max(rsize, 1))[:, 0] for d in keep]
     rho = flat_index(keep_src, keep_shape) if keep else torch.zeros(1, dtype=torch.long)
     return rho, red_src, identity_inside
 
 
-def reduce(x: Moving, dims: Sequence[int], out_shape: Sequence[int], dtype: torch.dtype, what: str, positional: bool = False) -> Moving:
+def reduce(
+    x: Moving,
+    dims: Sequence[int],
+    out_shape: Sequence[int],
+    dtype: torch.dtype,
+    what: str,
+    positional: bool = False,
+) -> Moving:
     """A reduction along ``dims`` whose result does not depend on the order of the entries.
 
     ``positional=True`` for results that *are* positions or depend on the order (arg-max,
@@ -540,14 +635,18 @@ def reduce(x: Moving, dims: Sequence[int], out_shape: Sequence[int], dtype: torc
     for g in range(len(x.frame.generators)):
         rho, _, identity_inside = _row_structure(x, dims, what, g)
         if positional and not identity_inside:
-            raise Unverifiable(f"{what}: returns positions (or an order-dependent result) along an axis the group moves")
+            raise Unverifiable(
+                f"{what}: returns positions (or an order-dependent result) along an axis the group moves"
+            )
         if _numel(out_shape) != rho.numel():
             raise Unverifiable(f"{what}: output shape {out_shape} does not match the kept dims")
         maps.append(rho)
     return Moving(out_shape, dtype, x.frame, maps).normalised()
 
 
-def normalize(x: Moving, dims: Sequence[int], dtype: torch.dtype, what: str, positional: bool = False) -> Moving:
+def normalize(
+    x: Moving, dims: Sequence[int], dtype: torch.dtype, what: str, positional: bool = False
+) -> Moving:
     """A same-shape map computed row by row along ``dims`` from the row's entries as a set
     (soft-max, normalisation); ``positional=True`` for order-dependent ones (cumulative sums)."""
     if x.invariant:
@@ -556,7 +655,9 @@ def normalize(x: Moving, dims: Sequence[int], dtype: torch.dtype, what: str, pos
     for g in range(len(x.frame.generators)):
         _, _, identity_inside = _row_structure(x, dims, what, g)
         if positional and not identity_inside:
-            raise Unverifiable(f"{what}: depends on the order of entries along an axis the group moves")
+            raise Unverifiable(
+                f"{what}: depends on the order of entries along an axis the group moves"
+            )
     return Moving(x.shape, dtype, x.frame, list(x.moves) if x.moves is not None else None)
 
 
@@ -595,23 +696,36 @@ def contract(a: Any, la: str, b: Any, lb: str, lo: str, dtype: torch.dtype, what
     grid = _grid(lo, sizes)
     maps = []
     for g in range(len(frame.generators)):
-        fa = _factor(a, la, batch, free_a, summed, sizes, g, what, None if b_moving else batch + free_a)
+        fa = _factor(
+            a, la, batch, free_a, summed, sizes, g, what, None if b_moving else batch + free_a
+        )
         if b_moving:
             fb = _factor(b, lb, batch, free_b, summed, sizes, g, what)
             for ch in batch:
-                if not torch.equal(_on_grid(fa[ch], "".join(batch), sizes), _on_grid(fb[ch], "".join(batch), sizes)):
-                    raise Breaks(f"{what}: its two operands move differently along the shared index {ch}")
+                if not torch.equal(
+                    _on_grid(fa[ch], "".join(batch), sizes), _on_grid(fb[ch], "".join(batch), sizes)
+                ):
+                    raise Breaks(
+                        f"{what}: its two operands move differently along the shared index {ch}"
+                    )
             for ch in summed:
                 both = "".join(batch) + "".join(summed)
                 if not torch.equal(_on_grid(fa[ch], both, sizes), _on_grid(fb[ch], both, sizes)):
-                    raise Breaks(f"{what}: its two operands move differently along the summed index {ch}")
+                    raise Breaks(
+                        f"{what}: its two operands move differently along the summed index {ch}"
+                    )
             functions = {**fa, **{ch: fb[ch] for ch in free_b}}
         else:
-            functions = {**fa, **_absorb_constant(b, lb, batch, free_b, summed, sizes, fa, what, free_a)}
+            functions = {
+                **fa,
+                **_absorb_constant(b, lb, batch, free_b, summed, sizes, fa, what, free_a),
+            }
         coords = []
         for ch in lo:
             func, letters = functions[ch]
-            coords.append(func[tuple(grid[c] for c in letters)] if letters else func.expand(out_shape))
+            coords.append(
+                func[tuple(grid[c] for c in letters)] if letters else func.expand(out_shape)
+            )
         maps.append(flat_index([c.reshape(-1) for c in coords], out_shape))
     return Moving(out_shape, dtype, frame, maps).normalised()
 
@@ -659,7 +773,11 @@ def _factor(
     pos = {ch: i for i, ch in enumerate(letters)}
     context = summed_context if summed_context is not None else batch
     result: dict[str, Any] = {}
-    for group_letters, allowed_letters in ((batch, batch), (free, batch + free), (summed, context + summed)):
+    for group_letters, allowed_letters in (
+        (batch, batch),
+        (free, batch + free),
+        (summed, context + summed),
+    ):
         allowed = {pos[c] for c in allowed_letters if c in pos}
         for ch in group_letters:
             if ch not in pos:
@@ -677,7 +795,10 @@ def _factor(
     if summed:
         ssz = [sizes[c] for c in summed]
         ctx = [c for c in context if c in pos]
-        flat = flat_index([_on_grid(result[c], "".join(ctx + summed), sizes).reshape(-1) for c in summed], tuple(ssz))
+        flat = flat_index(
+            [_on_grid(result[c], "".join(ctx + summed), sizes).reshape(-1) for c in summed],
+            tuple(ssz),
+        )
         rows = flat.reshape(-1, _numel(ssz))
         if not bool((rows.sort(dim=1).values == torch.arange(_numel(ssz))).all()):
             raise Unverifiable(f"{what}: the group does not permute the summed entries one-to-one")
@@ -715,16 +836,31 @@ def _absorb_constant(
     cls3 = cls.reshape(nb, nk, nj)
     ctx_s = "".join(ctx)
     # the batch index of B for each context, and where the group sends it (β)
-    bidx = flat_index([g.reshape(-1) for g in (_grid(ctx_s, sizes)[c] for c in b_batch)], tuple(sizes[c] for c in b_batch)) if b_batch else torch.zeros(nctx, dtype=torch.long)
+    bidx = (
+        flat_index(
+            [g.reshape(-1) for g in (_grid(ctx_s, sizes)[c] for c in b_batch)],
+            tuple(sizes[c] for c in b_batch),
+        )
+        if b_batch
+        else torch.zeros(nctx, dtype=torch.long)
+    )
     if b_batch:
-        beta = flat_index([_on_grid(fa[c], ctx_s, sizes).reshape(-1) for c in b_batch], tuple(sizes[c] for c in b_batch))
+        beta = flat_index(
+            [_on_grid(fa[c], ctx_s, sizes).reshape(-1) for c in b_batch],
+            tuple(sizes[c] for c in b_batch),
+        )
     else:
         beta = torch.zeros(nctx, dtype=torch.long)
     if summed:
-        tau = flat_index([_on_grid(fa[c], ctx_s + "".join(summed), sizes).reshape(-1) for c in summed], tuple(sizes[c] for c in summed)).reshape(nctx, nk)
+        tau = flat_index(
+            [_on_grid(fa[c], ctx_s + "".join(summed), sizes).reshape(-1) for c in summed],
+            tuple(sizes[c] for c in summed),
+        ).reshape(nctx, nk)
     else:
         tau = torch.zeros(nctx, 0, dtype=torch.long)
-    identity = bool(torch.equal(beta, bidx)) and bool(torch.equal(tau, torch.arange(nk).expand(nctx, nk)))
+    identity = bool(torch.equal(beta, bidx)) and bool(
+        torch.equal(tau, torch.arange(nk).expand(nctx, nk))
+    )
     if identity:
         gamma = torch.arange(nj).expand(nctx, nj)
     else:
@@ -736,8 +872,20 @@ def _absorb_constant(
         tau_inv = torch.argsort(utau, dim=1)
         # the column of b at (context, j) read through τ⁻¹: moved[c, k', j] = cls3[b(c), τ_c⁻¹(k'), j]
         moved = torch.gather(cls3[ub], 1, tau_inv[:, :, None].expand(nu, nk, nj))
-        keys = torch.cat([torch.arange(nb)[:, None].expand(nb, nj).reshape(-1, 1), cls3.permute(0, 2, 1).reshape(nb * nj, nk)], dim=1)
-        targets = torch.cat([ubeta[:, None].expand(nu, nj).reshape(-1, 1), moved.permute(0, 2, 1).reshape(nu * nj, nk)], dim=1)
+        keys = torch.cat(
+            [
+                torch.arange(nb)[:, None].expand(nb, nj).reshape(-1, 1),
+                cls3.permute(0, 2, 1).reshape(nb * nj, nk),
+            ],
+            dim=1,
+        )
+        targets = torch.cat(
+            [
+                ubeta[:, None].expand(nu, nj).reshape(-1, 1),
+                moved.permute(0, 2, 1).reshape(nu * nj, nk),
+            ],
+            dim=1,
+        )
         found = lookup_rows(keys, targets)
         if found is None:
             raise Breaks(

@@ -147,7 +147,16 @@ class Moving:
     def normalised(self) -> Moving:
         """The same value with identity maps replaced by ``None`` (invariant)."""
         if self.moves is not None and all(_is_identity(m) for m in self.moves):
-            return Moving(self.shape, self.dtype, self.frame, None, self.nominal_group, self.elements, self.field_hint, self.source)
+            return Moving(
+                self.shape,
+                self.dtype,
+                self.frame,
+                None,
+                self.nominal_group,
+                self.elements,
+                self.field_hint,
+                self.source,
+            )
         return self
 
     def maps(self) -> list[torch.Tensor]:
@@ -199,7 +208,9 @@ class Constant:
     @property
     def structural(self) -> bool:
         """Whether every evaluation agrees exactly (the value does not depend on parameters)."""
-        return _same(self.first, self.second) and (self.third is None or _same(self.first, self.third))
+        return _same(self.first, self.second) and (
+            self.third is None or _same(self.first, self.third)
+        )
 
     def describe(self) -> str:
         if isinstance(self.first, torch.Tensor):

@@ -185,7 +185,11 @@ class DetailedVerificationReport(VerificationReport):
             if o.up_to_frame:
                 text += " up to frame"
             if o.max_clean_error != o.max_error:
-                text += f"; {o.max_clean_error:.3e} without the excused samples" if o.clean_errors else "; every sample excused"
+                text += (
+                    f"; {o.max_clean_error:.3e} without the excused samples"
+                    if o.clean_errors
+                    else "; every sample excused"
+                )
             out.append(text)
         out += [f"excused sample {b}: {why}" for b, why in sorted(self.excused.items())]
         return out
@@ -257,7 +261,9 @@ class _OnGroup(FieldType):
         return self.inner.is_invariant
 
     def describe(self) -> str:
-        return self.inner.describe() + (f" under {self.target.name}" if self.target is not None else "")
+        return self.inner.describe() + (
+            f" under {self.target.name}" if self.target is not None else ""
+        )
 
 
 @dataclass
@@ -330,7 +336,9 @@ def _main_index(y: Any, leaves: list[tuple[str, Any, bool]]) -> int | None:
     return None
 
 
-def _guess_output(y: torch.Tensor, x: torch.Tensor, in_type: FieldType, group: Group) -> tuple[FieldType, Group | None]:
+def _guess_output(
+    y: torch.Tensor, x: torch.Tensor, in_type: FieldType, group: Group
+) -> tuple[FieldType, Group | None]:
     if y.dim() <= 2:
         return InvariantField(), None
     if tuple(y.shape) == tuple(x.shape):
@@ -338,7 +346,11 @@ def _guess_output(y: torch.Tensor, x: torch.Tensor, in_type: FieldType, group: G
     if y.dim() == 3 and x.dim() == 4:
         side = math.isqrt(int(y.shape[1]))
         if side * side == int(y.shape[1]):
-            coarse = TorusTranslations(side, side) if isinstance(group, TorusTranslations) and side != x.shape[2] else None
+            coarse = (
+                TorusTranslations(side, side)
+                if isinstance(group, TorusTranslations) and side != x.shape[2]
+                else None
+            )
             return TokenField((side, side)), coarse
     if y.dim() == 4 and isinstance(group, TorusTranslations):
         return GridField(), TorusTranslations(int(y.shape[2]), int(y.shape[3]))
@@ -351,7 +363,9 @@ def _guess_output(y: torch.Tensor, x: torch.Tensor, in_type: FieldType, group: G
         pass
     else:
         return in_type, None
-    raise GroupError(f"verify: cannot infer the output field type of shape {tuple(y.shape)}; pass output_type")
+    raise GroupError(
+        f"verify: cannot infer the output field type of shape {tuple(y.shape)}; pass output_type"
+    )
 
 
 def _diff_per_sample(actual: torch.Tensor, expected: torch.Tensor, batch: int) -> torch.Tensor:
@@ -364,7 +378,11 @@ def _diff_per_sample(actual: torch.Tensor, expected: torch.Tensor, batch: int) -
     same = (a == e) | (a.isnan() & e.isnan())
     d = torch.where(same, torch.zeros_like(d), d).nan_to_num(nan=math.inf)
     if a.dim() >= 1 and a.shape[0] == batch and batch > 0:
-        return d.reshape(batch, -1).amax(dim=1) if d.numel() else torch.zeros(batch, dtype=torch.float64)
+        return (
+            d.reshape(batch, -1).amax(dim=1)
+            if d.numel()
+            else torch.zeros(batch, dtype=torch.float64)
+        )
     return d.reshape(1, -1).amax(dim=1) if d.numel() else torch.zeros(1, dtype=torch.float64)
 
 
@@ -379,7 +397,10 @@ class _Tracker:
     """Forward hooks naming the module that runs, so canonicalizer decisions can be located."""
 
     def __init__(self, model: nn.Module) -> None:
-        self.names = {m: f"{n} ({type(m).__name__})" if n else type(m).__name__ for n, m in model.named_modules()}
+        self.names = {
+            m: f"{n} ({type(m).__name__})" if n else type(m).__name__
+            for n, m in model.named_modules()
+        }
         self.stack: list[tuple[nn.Module, int]] = []
         self.recorder: CanonicalizationRecorder | None = None
         self.handles: list[Any] = []
@@ -407,7 +428,9 @@ class _Tracker:
             margin = out.margin.detach().to("cpu", torch.float64).reshape(-1)
             non_finite = margin.isnan()
             self.recorder.events.append(
-                CanonicalizationEvent(self.names.get(module), 0, margin, (margin == 0) & ~non_finite, non_finite)
+                CanonicalizationEvent(
+                    self.names.get(module), 0, margin, (margin == 0) & ~non_finite, non_finite
+                )
             )
 
     def remove(self) -> None:
@@ -518,7 +541,11 @@ def verify(
         from ._certify import default_input_type
 
         in_type = default_input_type(x, group)
-    elems = [_as_element(group, g) for g in elements] if elements is not None else representative_elements(group)
+    elems = (
+        [_as_element(group, g) for g in elements]
+        if elements is not None
+        else representative_elements(group)
+    )
     tol = default_tolerance(dtype) if tolerance is None else tolerance
     batch = int(x.shape[0]) if x.dim() else 1
 
@@ -555,7 +582,17 @@ def verify(
             )
         leaves = _leaves(y)
         plans = _plan_leaves(
-            model, y, leaves, xw, x, group, in_type, output_type, output_group, up_to_frame, certificate
+            model,
+            y,
+            leaves,
+            xw,
+            x,
+            group,
+            in_type,
+            output_type,
+            output_group,
+            up_to_frame,
+            certificate,
         )
         moved_inputs = ((g, in_type.act(group, g, xw)) for g in elems)
         checks, excused, tie_counts, nf_messages, near_messages = _compare(
@@ -570,12 +607,17 @@ def verify(
             errors[g] = max(errors.get(g, 0.0), e)
     if not errors and not any(c.skipped is None for c in checks):
         reasons = "; ".join(f"{c.label}: {c.skipped}" for c in checks) or "no tensor outputs"
-        raise GroupError(f"verify: expected the model to return tensors it can compare, got {reasons}")
+        raise GroupError(
+            f"verify: expected the model to return tensors it can compare, got {reasons}"
+        )
     ties = [f"{where}: {n} tied sample(s) over all evaluations" for where, n in tie_counts.items()]
     ties += near_messages + nf_messages
     non_finite = list(nf_messages)
     if non_finite_input:
-        non_finite.insert(0, f"the input contains NaN/inf in sample(s) {non_finite_input}: those samples are not compared")
+        non_finite.insert(
+            0,
+            f"the input contains NaN/inf in sample(s) {non_finite_input}: those samples are not compared",
+        )
     return DetailedVerificationReport(
         errors,
         tol,
@@ -630,7 +672,11 @@ def _plan_leaves(
                 entry = entries[p.index]
             ft = getattr(entry, "field_type", None) if entry is not None else None
             if isinstance(ft, FieldType):
-                p.field_type, p.output_group, p.source = ft, getattr(entry, "output_group", None), "certificate"
+                p.field_type, p.output_group, p.source = (
+                    ft,
+                    getattr(entry, "output_group", None),
+                    "certificate",
+                )
                 p.up_to_frame = getattr(entry, "frame", None) is not None
     main = _main_index(y, leaves)
     main_plan = next((p for p in todo if p.index == main), None)
@@ -645,11 +691,23 @@ def _plan_leaves(
             if declared is not None and declared.kind in (Status.BROKEN, Status.UNVERIFIED):
                 declared = None
         if declared is not None and isinstance(declared.output_type, FieldType):
-            main_plan.field_type, main_plan.output_group = declared.output_type, declared.output_group
-            main_plan.up_to_frame, main_plan.source = declared.kind == Status.CANONICALIZING, "contract"
+            main_plan.field_type, main_plan.output_group = (
+                declared.output_type,
+                declared.output_group,
+            )
+            main_plan.up_to_frame, main_plan.source = (
+                declared.kind == Status.CANONICALIZING,
+                "contract",
+            )
         elif certificate is not None and not entries and certificate.output_type is not None:
-            main_plan.field_type, main_plan.output_group = certificate.output_type, certificate.output_group
-            main_plan.up_to_frame, main_plan.source = certificate.output_frame is not None, "certificate"
+            main_plan.field_type, main_plan.output_group = (
+                certificate.output_type,
+                certificate.output_group,
+            )
+            main_plan.up_to_frame, main_plan.source = (
+                certificate.output_frame is not None,
+                "certificate",
+            )
     # 5. certify here, when nothing above describes some output
     if certificate is None and any(p.field_type is None for p in todo):
         from ._certify import certify
@@ -660,7 +718,17 @@ def _plan_leaves(
             cert = None
         if cert is not None:
             return _plan_leaves(
-                model, y, leaves, x, original_x, group, in_type, output_type, output_group, up_to_frame, cert
+                model,
+                y,
+                leaves,
+                x,
+                original_x,
+                group,
+                in_type,
+                output_type,
+                output_group,
+                up_to_frame,
+                cert,
             )
     # 6. a guess from the shapes
     for p in todo:
@@ -696,7 +764,9 @@ def _compare(
         base = p.field_type
         target = p.output_group
         ys = leaves[p.index][1].detach().double()
-        c.description = base.describe() + (f" under {target.name}" if target is not None and target != group else "")
+        c.description = base.describe() + (
+            f" under {target.name}" if target is not None and target != group else ""
+        )
         c.source, c.up_to_frame = p.source, p.up_to_frame
         try:
             if p.up_to_frame:
@@ -709,9 +779,18 @@ def _compare(
                     )
                 candidates[p.index] = [base.act(frame_group, h, ys) for h in frame_group.elements()]
             else:
-                fields[p.index] = _OnGroup(base, target) if target is not None and target != group else base
+                fields[p.index] = (
+                    _OnGroup(base, target) if target is not None and target != group else base
+                )
                 fields[p.index].act(group, group.identity(), ys)
-        except (GroupError, ValueError, TypeError, IndexError, RuntimeError, NotImplementedError) as err:
+        except (
+            GroupError,
+            ValueError,
+            TypeError,
+            IndexError,
+            RuntimeError,
+            NotImplementedError,
+        ) as err:
             c.skipped = f"cannot move it as {c.description}: {err}"
 
     excused: dict[int, str] = {b: "the input contains NaN/inf" for b in non_finite_input}
@@ -782,7 +861,10 @@ def _compare(
 
 
 def _near_ties(
-    reference: list[CanonicalizationEvent], moved: list[CanonicalizationEvent], batch: int, counts: dict[str, int]
+    reference: list[CanonicalizationEvent],
+    moved: list[CanonicalizationEvent],
+    batch: int,
+    counts: dict[str, int],
 ) -> dict[int, str]:
     """``{model sample: where}`` of the near-ties at risk on a moved input (see ``near_ties_between``).
 
@@ -799,7 +881,9 @@ def _near_ties(
             continue
         where = ev.where or "canonicalizer"
         counts[where] = counts.get(where, 0) + int(risk.sum())
-        flagged = CanonicalizationEvent(where, ev.candidates, ev.margin, risk, torch.zeros_like(risk))
+        flagged = CanonicalizationEvent(
+            where, ev.candidates, ev.margin, risk, torch.zeros_like(risk)
+        )
         for b in _flagged([flagged], batch):
             out.setdefault(b, where)
     return out
@@ -810,7 +894,8 @@ def _frame_errors(actual: torch.Tensor, candidates: list[torch.Tensor], batch: i
     a = actual.detach().double()
     if a.dim() == 0 or a.shape[0] != batch:
         return torch.tensor(
-            [min(float(_diff_per_sample(a, c, 1).max()) / _scale(c) for c in candidates)], dtype=torch.float64
+            [min(float(_diff_per_sample(a, c, 1).max()) / _scale(c) for c in candidates)],
+            dtype=torch.float64,
         )
     out = torch.full((batch,), math.inf, dtype=torch.float64)
     for c in candidates:
@@ -876,7 +961,9 @@ def attach_verification(
         return cert
     cert.verification = report
     for o in report.outputs:
-        if o.skipped is not None and not o.skipped.startswith(("not a tensor", "a canonicalizer's")):
+        if o.skipped is not None and not o.skipped.startswith(
+            ("not a tensor", "a canonicalizer's")
+        ):
             cert.notes.append(f"the numerical check did not compare {o.label}: {o.skipped}")
     if report.non_finite:
         cert.notes.extend(f"numerical check: {m}" for m in report.non_finite)
@@ -901,7 +988,9 @@ def attach_verification(
                 f"({', '.join(f'{b}: {w}' for b, w in sorted(report.excused.items()))}): not a disagreement"
             )
         elif not report.conclusive:
-            cert.notes.append("the numerical check is inconclusive: every sample has a canonicalizer tie or non-finite values")
+            cert.notes.append(
+                "the numerical check is inconclusive: every sample has a canonicalizer tie or non-finite values"
+            )
     elif cert.verdict == Status.BROKEN and report.equivariant and report.conclusive:
         cert.notes.append(
             f"the checker reports a break at {cert.first_break.node if cert.first_break else '?'}, but this input "

@@ -22,9 +22,14 @@ from ._module import EquivariantModule
 
 def __getattr__(name: str) -> Any:
     if name == "Kind":
-        warnings.warn("groupattn.contracts.Kind is deprecated: use groupattn.contracts.Status", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "groupattn.contracts.Kind is deprecated: use groupattn.contracts.Status",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return Status
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Contract",

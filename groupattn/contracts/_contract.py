@@ -23,8 +23,6 @@ __all__ = [
 ]
 
 
-
-
 class Status(str, Enum):
     """One vocabulary for what a module promises, what the checker concludes about a
     network, and what it concludes about each value of the network's graph.
@@ -67,7 +65,11 @@ class Status(str, Enum):
         old = {"breaks": "broken", "unknown": "unverified"}.get(str(value))
         if old is None:
             return None
-        warnings.warn(f"Status({value!r}) is deprecated: use Status({old!r})", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"Status({value!r}) is deprecated: use Status({old!r})",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return cls(old)
 
     @property
@@ -106,7 +108,9 @@ class Contract:
     output_group: Group | None = None
 
     @classmethod
-    def equivariant(cls, input_type: Any, output_type: FieldType, output_group: Group | None = None) -> Contract:
+    def equivariant(
+        cls, input_type: Any, output_type: FieldType, output_group: Group | None = None
+    ) -> Contract:
         """``f(g·x) = g·f(x)``."""
         return cls(Status.EQUIVARIANT, input_type, output_type, None, output_group)
 
@@ -118,17 +122,23 @@ class Contract:
         return cls(Status.INVARIANT, input_type, output_type or InvariantField())
 
     @classmethod
-    def canonicalizing(cls, input_type: Any, output_type: FieldType, output_group: Group | None = None) -> Contract:
+    def canonicalizing(
+        cls, input_type: Any, output_type: FieldType, output_group: Group | None = None
+    ) -> Contract:
         """Output moves with the input up to a data-dependent group element (a new frame)."""
         return cls(Status.CANONICALIZING, input_type, output_type, None, output_group)
 
     @classmethod
-    def frame_restoring(cls, input_type: Any, output_type: FieldType, output_group: Group | None = None) -> Contract:
+    def frame_restoring(
+        cls, input_type: Any, output_type: FieldType, output_group: Group | None = None
+    ) -> Contract:
         """Undoes a canonicalization (its second input is the frame)."""
         return cls(Status.FRAME_RESTORING, input_type, output_type, None, output_group)
 
     @classmethod
-    def breaks(cls, reason: str, input_type: Any = None, output_type: FieldType | None = None) -> Contract:
+    def breaks(
+        cls, reason: str, input_type: Any = None, output_type: FieldType | None = None
+    ) -> Contract:
         """Not equivariant, with the reason in plain words."""
         return cls(Status.BROKEN, input_type, output_type, reason)
 
@@ -140,10 +150,16 @@ class Contract:
     @property
     def preserves_symmetry(self) -> bool:
         """Whether the module keeps equivariance (equivariant, invariant, or a frame change)."""
-        return self.kind in (Status.EQUIVARIANT, Status.INVARIANT, Status.CANONICALIZING, Status.FRAME_RESTORING)
+        return self.kind in (
+            Status.EQUIVARIANT,
+            Status.INVARIANT,
+            Status.CANONICALIZING,
+            Status.FRAME_RESTORING,
+        )
 
     def describe(self) -> str:
         """One line: kind, types and reason."""
+
         def fmt(t: Any) -> str:
             if t is None:
                 return "?"
@@ -219,4 +235,3 @@ def contract_of(module: Any, group: Group, input_type: Any = None) -> Contract:
         return fn(module, group, input_type)
     name = getattr(module, "__name__", type(module).__name__)
     return Contract.unknown(f"{name} declares no contract and none is registered", input_type)
-

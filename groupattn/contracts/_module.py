@@ -31,7 +31,9 @@ def check_floating_input(x: torch.Tensor, module: str) -> None:
     deep inside a kernel. Never casts.
     """
     if not x.is_floating_point():
-        raise DtypeError(f"{module}: expected a floating-point input (float32, float64, …), got {x.dtype}")
+        raise DtypeError(
+            f"{module}: expected a floating-point input (float32, float64, …), got {x.dtype}"
+        )
 
 
 class EquivariantModule(nn.Module):
@@ -115,7 +117,9 @@ class EquivariantModule(nn.Module):
         super().__init__()
         for name, value in (("in_type", in_type), ("out_type", out_type)):
             if not isinstance(value, FieldType):
-                raise ConfigurationError(f"{type(self).__name__}: expected a FieldType as {name}, got {value!r}")
+                raise ConfigurationError(
+                    f"{type(self).__name__}: expected a FieldType as {name}, got {value!r}"
+                )
         if in_channels is not None:
             in_channels = _positive_int(in_channels, f"{type(self).__name__}: expected in_channels")
             if not _takes_channels(in_type):
@@ -150,11 +154,15 @@ class EquivariantModule(nn.Module):
         """
         name = type(self).__name__
         if not isinstance(x, torch.Tensor):
-            raise ShapeError(f"{name}: expected a tensor of type {self.in_type.describe()}, got {type(x).__name__}")
+            raise ShapeError(
+                f"{name}: expected a tensor of type {self.in_type.describe()}, got {type(x).__name__}"
+            )
         if self.in_channels is None:
             self.in_type.check(x, name)  # a user's field type need not take ``channels``
         else:
-            check: Callable[..., None] = self.in_type.check  # takes ``channels`` (checked in __init__)
+            check: Callable[..., None] = (
+                self.in_type.check
+            )  # takes ``channels`` (checked in __init__)
             check(x, name, channels=self.in_channels)
         if self.floating_input:
             check_floating_input(x, name)
@@ -174,7 +182,9 @@ class EquivariantModule(nn.Module):
         declared = self.group
         if declared is None or group != declared:
             what = declared.name if declared is not None else "no group"
-            return Contract.unknown(f"{name}: declares its types for {what}, got {group.name}", self.in_type)
+            return Contract.unknown(
+                f"{name}: declares its types for {what}, got {group.name}", self.in_type
+            )
         reason = self.breaks_reason(group)
         if reason is not None:
             return Contract.breaks(f"{name}: {reason}", self.in_type, self.out_type)
@@ -193,7 +203,9 @@ def _takes_channels(field_type: FieldType) -> bool:
         parameters = inspect.signature(field_type.check).parameters
     except (TypeError, ValueError):
         return False
-    return "channels" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    return "channels" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
 
 
 def _positive_int(value: Any, what: str) -> int:

@@ -40,7 +40,16 @@ __all__ = [
 ]
 
 CIFAR10_CLASSES: tuple[str, ...] = (
-    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
 )
 """The ten CIFAR-10 classes, in label order (used when ``batches.meta`` is absent)."""
 
@@ -81,9 +90,16 @@ class _DtypeSpec:
 
     def __setstate__(self, state: Any) -> None:
         if not isinstance(state, tuple) or len(state) < 5:
-            raise UnsafePickleError(f"load_pickle_safely: expected a dtype state tuple, got {type(state).__name__}")
+            raise UnsafePickleError(
+                f"load_pickle_safely: expected a dtype state tuple, got {type(state).__name__}"
+            )
         order, subarray, names, fields = _text(state[1]), state[2], state[3], state[4]
-        if order not in _BYTE_ORDERS or subarray is not None or names is not None or fields is not None:
+        if (
+            order not in _BYTE_ORDERS
+            or subarray is not None
+            or names is not None
+            or fields is not None
+        ):
             raise UnsafePickleError(
                 "load_pickle_safely: expected a plain dtype (no fields, no sub-arrays), got a structured one"
             )
@@ -99,19 +115,29 @@ class _ArraySpec:
 
     def __setstate__(self, state: Any) -> None:
         if not isinstance(state, tuple) or len(state) not in (4, 5):
-            raise UnsafePickleError(f"load_pickle_safely: expected an ndarray state tuple, got {type(state).__name__}")
+            raise UnsafePickleError(
+                f"load_pickle_safely: expected an ndarray state tuple, got {type(state).__name__}"
+            )
         shape, spec, fortran, raw = state[-4:]
         if not isinstance(shape, tuple) or not all(isinstance(s, int) and s >= 0 for s in shape):
-            raise UnsafePickleError(f"load_pickle_safely: expected an array shape of non-negative ints, got {shape!r}")
+            raise UnsafePickleError(
+                f"load_pickle_safely: expected an array shape of non-negative ints, got {shape!r}"
+            )
         if not isinstance(spec, _DtypeSpec):
-            raise UnsafePickleError(f"load_pickle_safely: expected the array's dtype, got {type(spec).__name__}")
+            raise UnsafePickleError(
+                f"load_pickle_safely: expected the array's dtype, got {type(spec).__name__}"
+            )
         if isinstance(raw, str):
             raw = raw.encode("latin1")
         if not isinstance(raw, bytes | bytearray):
-            raise UnsafePickleError(f"load_pickle_safely: expected the array's raw bytes, got {type(raw).__name__}")
+            raise UnsafePickleError(
+                f"load_pickle_safely: expected the array's raw bytes, got {type(raw).__name__}"
+            )
         expected = math.prod(shape) * spec.dtype.itemsize
         if len(raw) != expected:
-            raise DataError(f"load_pickle_safely: expected {expected} bytes for an array {shape}, got {len(raw)}")
+            raise DataError(
+                f"load_pickle_safely: expected {expected} bytes for an array {shape}, got {len(raw)}"
+            )
         flat = np.frombuffer(bytes(raw), dtype=spec.dtype).copy()
         self.array = flat.reshape(shape, order="F" if fortran else "C")
 
@@ -122,7 +148,9 @@ class _Marker:
     __slots__ = ()
 
     def __setstate__(self, state: Any) -> None:
-        raise UnsafePickleError("load_pickle_safely: expected data, got a state for numpy.ndarray itself (refused)")
+        raise UnsafePickleError(
+            "load_pickle_safely: expected data, got a state for numpy.ndarray itself (refused)"
+        )
 
 
 _NDARRAY = _Marker()
@@ -130,13 +158,17 @@ _NDARRAY = _Marker()
 
 def _reconstruct(subtype: Any, shape: Any, code: Any) -> _ArraySpec:
     if subtype is not _NDARRAY:
-        raise UnsafePickleError("load_pickle_safely: expected _reconstruct(numpy.ndarray, …), got another type")
+        raise UnsafePickleError(
+            "load_pickle_safely: expected _reconstruct(numpy.ndarray, …), got another type"
+        )
     return _ArraySpec()
 
 
 def _bytes(*args: Any) -> bytes:
     if any(isinstance(a, int) for a in args):  # bytes(n) allocates n bytes: refused
-        raise UnsafePickleError("load_pickle_safely: expected bytes from a string or buffer, got a size")
+        raise UnsafePickleError(
+            "load_pickle_safely: expected bytes from a string or buffer, got a size"
+        )
     return bytes(*args)
 
 
@@ -153,13 +185,66 @@ class _Allowed:
         return self._func(*args)
 
     def __setstate__(self, state: Any) -> None:
-        raise UnsafePickleError("load_pickle_safely: expected data, got a state for an allowed callable (refused)")
+        raise UnsafePickleError(
+            "load_pickle_safely: expected data, got a state for an allowed callable (refused)"
+        )
+
+
+#: The most elements ``list(...)`` / ``dict(...)`` may build while unpickling.
+_MAX_BUILT = 10_000_000
+_PRIMITIVES = (str, bytes, bytearray, int, float, bool, type(None))
+
+
+def _flat(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
+    """``func`` restricted to primitive arguments (``str``, ``int``) or, for ``list`` / ``dict``,
+    to a short sequence of primitives or pairs of them: a container argument could be a
+    shared-reference bomb whose ``repr`` or copy is exponential."""
+
+    def guarded(*args: Any) -> Any:
+        for arg in args:
+            if isinstance(arg, _PRIMITIVES) and not (
+                name in ("list", "dict") and isinstance(arg, str | bytes)
+            ):
+                continue
+            if (
+                name in ("list", "dict")
+                and isinstance(arg, list | tuple)
+                and len(arg) <= _MAX_BUILT
+            ):
+                if all(
+                    isinstance(a, _PRIMITIVES)
+                    or (
+                        isinstance(a, tuple)
+                        and len(a) == 2
+                        and all(isinstance(b, _PRIMITIVES) for b in a)
+                    )
+                    for a in arg
+                ):
+                    continue
+            raise UnsafePickleError(
+                f"load_pickle_safely: expected {name}() of plain values, got a {type(arg).__name__} argument (refused)"
+            )
+        return func(*args)
+
+    return guarded
 
 
 _ALLOWED: dict[tuple[str, str], Any] = {
-    **{(module, name): _Allowed(value) for module in ("builtins", "__builtin__")
-       for name, value in (("dict", dict), ("list", list), ("bytes", _bytes), ("str", str), ("int", int))},
-    **{(module, "_reconstruct"): _Allowed(_reconstruct) for module in ("numpy.core.multiarray", "numpy._core.multiarray")},
+    **{
+        (module, name): _Allowed(_flat(name, value))
+        for module in ("builtins", "__builtin__")
+        for name, value in (
+            ("dict", dict),
+            ("list", list),
+            ("bytes", _bytes),
+            ("str", str),
+            ("int", int),
+        )
+    },
+    **{
+        (module, "_reconstruct"): _Allowed(_reconstruct)
+        for module in ("numpy.core.multiarray", "numpy._core.multiarray")
+    },
     ("numpy", "ndarray"): _NDARRAY,
     ("numpy", "dtype"): _Allowed(_DtypeSpec),
 }
@@ -179,22 +264,37 @@ class _RestrictedUnpickler(pickle.Unpickler):
         raise UnsafePickleError("load_pickle_safely: expected no persistent ids, got one (refused)")
 
 
-def _finish(value: Any) -> Any:
-    """Replace the array specs by their arrays, in dicts, lists and tuples."""
+def _finish(value: Any, seen: set[int] | None = None) -> Any:
+    """Replace the array specs by their arrays, in dicts, lists and tuples.
+
+    A container met twice (a shared or cyclic reference) is refused: a pickle of a few
+    hundred bytes can otherwise describe an exponentially large tree.
+    """
+    seen = set() if seen is None else seen
+    if isinstance(value, dict | list | tuple) and value:
+        if id(value) in seen:
+            raise UnsafePickleError(
+                "load_pickle_safely: expected plain data, got a shared or cyclic reference (refused)"
+            )
+        seen.add(id(value))
     if isinstance(value, _ArraySpec):
         if value.array is None:
-            raise UnsafePickleError("load_pickle_safely: expected an array with its state, got an empty one")
+            raise UnsafePickleError(
+                "load_pickle_safely: expected an array with its state, got an empty one"
+            )
         return value.array
     if isinstance(value, _DtypeSpec):
         return value.dtype
     if isinstance(value, dict):
-        return {k: _finish(v) for k, v in value.items()}
+        return {k: _finish(v, seen) for k, v in value.items()}
     if isinstance(value, list):
-        return [_finish(v) for v in value]
+        return [_finish(v, seen) for v in value]
     if isinstance(value, tuple):
-        return tuple(_finish(v) for v in value)
+        return tuple(_finish(v, seen) for v in value)
     if isinstance(value, _Marker):
-        raise UnsafePickleError("load_pickle_safely: expected data, got a bare reference to numpy.ndarray")
+        raise UnsafePickleError(
+            "load_pickle_safely: expected data, got a bare reference to numpy.ndarray"
+        )
     return value
 
 
@@ -236,19 +336,27 @@ def load_pickle_safely(source: str | Path | bytes, max_bytes: int = MAX_PICKLE_B
         path = Path(source)
         label = str(path)
         if not path.is_file():
-            raise DataError(f"load_pickle_safely: expected a file, got {label!r}, which does not exist")
+            raise DataError(
+                f"load_pickle_safely: expected a file, got {label!r}, which does not exist"
+            )
         size = path.stat().st_size
         if size > max_bytes:
-            raise DataError(f"load_pickle_safely: expected a file of at most {max_bytes:,} bytes, got {size:,} in {label}")
+            raise DataError(
+                f"load_pickle_safely: expected a file of at most {max_bytes:,} bytes, got {size:,} in {label}"
+            )
         data = path.read_bytes()
     if len(data) > max_bytes:
-        raise DataError(f"load_pickle_safely: expected at most {max_bytes:,} bytes, got {len(data):,}")
+        raise DataError(
+            f"load_pickle_safely: expected at most {max_bytes:,} bytes, got {len(data):,}"
+        )
     try:
         return _finish(_RestrictedUnpickler(io.BytesIO(data), encoding="bytes").load())
     except (UnsafePickleError, DataError):
         raise
     except Exception as error:  # a malformed stream: truncated, wrong opcodes, wrong arguments
-        raise DataError(f"load_pickle_safely: expected a readable pickle in {label}, got {type(error).__name__}: {error}") from None
+        raise DataError(
+            f"load_pickle_safely: expected a readable pickle in {label}, got {type(error).__name__}: {error}"
+        ) from None
 
 
 # ---------------------------------------------------------------- CIFAR-10
@@ -278,12 +386,23 @@ def read_cifar10_batch(path: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
     if "data" not in batch or "labels" not in batch:
         raise DataError(f"{where}: expected the keys 'data' and 'labels', got {sorted(batch)}")
     data, labels = batch["data"], batch["labels"]
-    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != _PIXELS:
+    if (
+        not isinstance(data, np.ndarray)
+        or data.dtype != np.uint8
+        or data.ndim != 2
+        or data.shape[1] != _PIXELS
+    ):
         got = f"{data.dtype} {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
         raise DataError(f"{where}: expected 'data' as a uint8 array (N, {_PIXELS}), got {got}")
     label_array = np.asarray(labels) if isinstance(labels, list | np.ndarray) else None
-    if label_array is None or label_array.shape != (data.shape[0],) or not np.issubdtype(label_array.dtype, np.integer):
-        raise DataError(f"{where}: expected {data.shape[0]} integer 'labels', got {type(labels).__name__}")
+    if (
+        label_array is None
+        or label_array.shape != (data.shape[0],)
+        or not np.issubdtype(label_array.dtype, np.integer)
+    ):
+        raise DataError(
+            f"{where}: expected {data.shape[0]} integer 'labels', got {type(labels).__name__}"
+        )
     images = torch.from_numpy(data.reshape(-1, 3, _SIDE, _SIDE).copy())
     return images, torch.from_numpy(label_array.astype(np.int64))
 
@@ -296,7 +415,9 @@ def find_cifar10(path: str | Path) -> Path | None:
     root = Path(path)
     for folder in (root, root / "cifar-10-batches-py"):
         if folder.is_dir() and (
-            (folder / _TEST_FILE).is_file() or (folder / _META_FILE).is_file() or any(folder.glob("data_batch_*"))
+            (folder / _TEST_FILE).is_file()
+            or (folder / _META_FILE).is_file()
+            or any(folder.glob("data_batch_*"))
         ):
             return folder
     return None
@@ -305,7 +426,9 @@ def find_cifar10(path: str | Path) -> Path | None:
 def channel_statistics(images: torch.Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Per-channel mean and standard deviation of images ``(N, C, H, W)`` (computed in float64)."""
     if images.dim() != 4 or images.shape[0] == 0:
-        raise DataError(f"channel_statistics: expected a non-empty batch (N, C, H, W), got {tuple(images.shape)}")
+        raise DataError(
+            f"channel_statistics: expected a non-empty batch (N, C, H, W), got {tuple(images.shape)}"
+        )
     flat = images.double().transpose(0, 1).reshape(images.shape[1], -1)
     return tuple(flat.mean(1).tolist()), tuple(flat.std(1, unbiased=False).tolist())
 
@@ -355,7 +478,9 @@ def _class_names(folder: Path) -> list[str]:
     meta = _keys_as_text(f"load_cifar10({_META_FILE})", load_pickle_safely(meta_file))
     names = meta.get("label_names")
     if not isinstance(names, list) or not names:
-        raise DataError(f"load_cifar10: expected 'label_names' (a list) in {meta_file}, got {type(names).__name__}")
+        raise DataError(
+            f"load_cifar10: expected 'label_names' (a list) in {meta_file}, got {type(names).__name__}"
+        )
     return [n.decode("latin1") if isinstance(n, bytes) else str(n) for n in map(_text, names)]
 
 

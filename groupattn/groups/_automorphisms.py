@@ -54,13 +54,17 @@ class AutomorphismSearch:
         The reverse adjacency (``None`` for undirected graphs).
     """
 
-    def __init__(self, out_adj: Sequence[dict[int, int]], in_adj: Sequence[dict[int, int]] | None) -> None:
+    def __init__(
+        self, out_adj: Sequence[dict[int, int]], in_adj: Sequence[dict[int, int]] | None
+    ) -> None:
         self.n = len(out_adj)
         self.out_adj = out_adj
         self.in_adj = in_adj
         self.out_lists = [sorted(v for v, c in nb.items() for _ in range(c)) for nb in out_adj]
         self.in_lists = (
-            [sorted(v for v, c in nb.items() for _ in range(c)) for nb in in_adj] if in_adj is not None else None
+            [sorted(v for v, c in nb.items() for _ in range(c)) for nb in in_adj]
+            if in_adj is not None
+            else None
         )
         self.generators: list[Permutation] = []
         self.base: list[int] = []
@@ -76,7 +80,9 @@ class AutomorphismSearch:
         while True:
             sigs: list[Signature]
             if ins is None:
-                sigs = [(colors[v], tuple(sorted([colors[w] for w in outs[v]]))) for v in range(self.n)]
+                sigs = [
+                    (colors[v], tuple(sorted([colors[w] for w in outs[v]]))) for v in range(self.n)
+                ]
             else:
                 sigs = [
                     (

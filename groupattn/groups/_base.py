@@ -10,7 +10,14 @@ from typing import Any
 
 from .._errors import GroupError
 
-__all__ = ["ENUMERATION_BUDGET", "WORD_BUDGET", "FiniteGroup", "Group", "GroupElement", "GroupError"]
+__all__ = [
+    "ENUMERATION_BUDGET",
+    "WORD_BUDGET",
+    "FiniteGroup",
+    "Group",
+    "GroupElement",
+    "GroupError",
+]
 
 #: The most elements ``FiniteGroup.elements`` lists (and ``FiniteGroup.index``,
 #: ``FiniteGroup.cayley_table``, … that need the list). A group whose order is known
@@ -418,11 +425,17 @@ def _check_int(name: str, what: str, value: Any) -> int:
         try:
             import torch
 
-            if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+            if (
+                isinstance(value, torch.Tensor)
+                and value.numel() == 1
+                and not value.is_floating_point()
+            ):
                 return int(value.item())
         except ImportError:  # pragma: no cover
             pass
-        raise GroupError(f"{name}: expected {what} as an int, got {_describe(value)} ({_public_type_name(value)})")
+        raise GroupError(
+            f"{name}: expected {what} as an int, got {_describe(value)} ({_public_type_name(value)})"
+        )
     return value
 
 

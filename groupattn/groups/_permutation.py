@@ -44,13 +44,19 @@ WORD_TABLE_BUDGET = 5_000
 
 def _as_permutation(name: str, perm: Any, degree: int | None) -> Permutation:
     if isinstance(perm, GroupElement | Group | str | bytes):
-        raise GroupError(f"{name}: expected a permutation as a sequence of ints, got {_describe(perm)}")
+        raise GroupError(
+            f"{name}: expected a permutation as a sequence of ints, got {_describe(perm)}"
+        )
     try:
         p = tuple(int(v) for v in perm)
     except (TypeError, ValueError):
-        raise GroupError(f"{name}: expected a permutation as a sequence of ints, got {perm!r}") from None
+        raise GroupError(
+            f"{name}: expected a permutation as a sequence of ints, got {perm!r}"
+        ) from None
     if degree is not None and len(p) != degree:
-        raise GroupError(f"{name}: expected a permutation of {degree} points, got one of length {len(p)}: {p}")
+        raise GroupError(
+            f"{name}: expected a permutation of {degree} points, got one of length {len(p)}: {p}"
+        )
     if sorted(p) != list(range(len(p))):
         raise GroupError(
             f"{name}: expected a permutation of 0..{len(p) - 1} (each index exactly once), got {p}"
@@ -81,7 +87,9 @@ class _PermutationGroupKey:
         return hash((self.group.degree, self.group._chain().order()))
 
     def __repr__(self) -> str:
-        return f"PermutationGroupKey(degree={self.group.degree}, order={self.group._chain().order()})"
+        return (
+            f"PermutationGroupKey(degree={self.group.degree}, order={self.group._chain().order()})"
+        )
 
 
 class PermutationGroup(FiniteGroup):
@@ -147,7 +155,9 @@ class PermutationGroup(FiniteGroup):
         name: str | None = None,
     ) -> None:
         label = name or "PermutationGroup"
-        if isinstance(generators, Group | GroupElement | str | bytes) or not hasattr(generators, "__iter__"):
+        if isinstance(generators, Group | GroupElement | str | bytes) or not hasattr(
+            generators, "__iter__"
+        ):
             raise GroupError(
                 f"{label}: expected generator permutations as a sequence of sequences of ints, "
                 f"got {_describe(generators)}"
@@ -159,7 +169,9 @@ class PermutationGroup(FiniteGroup):
         gens = [_as_permutation(label, g, degree) for g in generators]
         if degree is None:
             if not gens:
-                raise GroupError(f"{label}: expected at least one generator or a degree, got neither")
+                raise GroupError(
+                    f"{label}: expected at least one generator or a degree, got neither"
+                )
             degree = len(gens[0])
         for g in gens:
             if len(g) != degree:
@@ -267,7 +279,9 @@ class PermutationGroup(FiniteGroup):
                     f"the element list, which is refused: {err})"
                 ) from None
             if not 0 <= value < len(vals):
-                raise GroupError(f"{self.name}: expected an element index in [0, {len(vals)}), got {value}")
+                raise GroupError(
+                    f"{self.name}: expected an element index in [0, {len(vals)}), got {value}"
+                )
             return vals[value]
         p = _as_permutation(self.name, value, self.degree)
         if not self._chain().contains(p):
@@ -381,7 +395,9 @@ class PermutationGroup(FiniteGroup):
         levels = rebased.levels[1:]
         gens = levels[0].gens if levels else []
         sub = PermutationGroup(
-            list(dict.fromkeys(gens)) or [self._identity()], degree=self.degree, name=f"{self.name}_{point}"
+            list(dict.fromkeys(gens)) or [self._identity()],
+            degree=self.degree,
+            name=f"{self.name}_{point}",
         )
         sub._chain_cache = StabilizerChain(self.degree, levels)
         return sub
@@ -538,7 +554,9 @@ def graph_automorphism_group(graph: Any, max_order: int | None = None) -> Permut
     from ._automorphisms import AutomorphismSearch
 
     if not isinstance(graph, nx.Graph):  # DiGraph, MultiGraph, … all subclass nx.Graph
-        raise GroupError(f"graph_automorphism_group: expected a networkx graph, got {_describe(graph)}")
+        raise GroupError(
+            f"graph_automorphism_group: expected a networkx graph, got {_describe(graph)}"
+        )
     if max_order is not None:
         max_order = _check_int("graph_automorphism_group", "max_order", max_order)
     nodes = list(graph.nodes)
@@ -561,7 +579,9 @@ def graph_automorphism_group(graph: Any, max_order: int | None = None) -> Permut
             f"graph_automorphism_group: expected at most max_order={max_order} automorphisms, got {order}"
         )
     name = f"Aut({getattr(graph, 'name', '') or 'graph'}; {n} nodes)"
-    group = PermutationGroup(search.generators or [tuple(range(n))], degree=n, max_order=max_order, name=name)
+    group = PermutationGroup(
+        search.generators or [tuple(range(n))], degree=n, max_order=max_order, name=name
+    )
     chain = StabilizerChain.from_strong_generators(n, search.base, search.generators)
     if chain.order() != order:  # pragma: no cover - would be a bug in the search
         raise RuntimeError("graph_automorphism_group: inconsistent stabiliser chain")

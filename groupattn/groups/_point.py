@@ -202,7 +202,9 @@ def integer_matrix(group: PointGroup, g: Any) -> tuple[tuple[int, int], tuple[in
         If the group does not act exactly on the grid.
     """
     if not isinstance(group, PointGroup):
-        raise GroupError(f"integer_matrix: expected a point group (CyclicGroup or DihedralGroup), got {_describe(group)}")
+        raise GroupError(
+            f"integer_matrix: expected a point group (CyclicGroup or DihedralGroup), got {_describe(group)}"
+        )
     if not group.acts_exactly_on_grid:
         raise GroupError(
             f"{group.name}: expected a point group acting exactly on the integer grid "
@@ -227,7 +229,9 @@ def real_matrix(group: PointGroup, g: Any) -> tuple[tuple[float, float], tuple[f
     import math
 
     if not isinstance(group, PointGroup):
-        raise GroupError(f"real_matrix: expected a point group (CyclicGroup or DihedralGroup), got {_describe(group)}")
+        raise GroupError(
+            f"real_matrix: expected a point group (CyclicGroup or DihedralGroup), got {_describe(group)}"
+        )
     if group.acts_exactly_on_grid:
         m = integer_matrix(group, g)
         return ((float(m[0][0]), float(m[0][1])), (float(m[1][0]), float(m[1][1])))

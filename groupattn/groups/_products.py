@@ -26,15 +26,15 @@ _SAMPLE_FROM_LIST_LIMIT = 65_536
 
 def _check_group(name: str, what: str, value: Any) -> Group:
     if not isinstance(value, Group):
-        raise GroupError(
-            f"{name}: expected {what} as a Group, got {_describe(value)}"
-        )
+        raise GroupError(f"{name}: expected {what} as a Group, got {_describe(value)}")
     return value
 
 
 def _check_pair(name: str, value: Any) -> tuple[Any, Any]:
     if isinstance(value, GroupElement):
-        raise GroupError(f"{name}: expected a pair (first, second), got an element of {value.group.name}")
+        raise GroupError(
+            f"{name}: expected a pair (first, second), got an element of {value.group.name}"
+        )
     if not isinstance(value, tuple | list) or len(value) != 2:
         raise GroupError(f"{name}: expected an element as a pair (first, second), got {value!r}")
     return value[0], value[1]

@@ -186,7 +186,9 @@ class StabilizerChain:
         ident = tuple(range(degree))
         levels = []
         for i, b in enumerate(base):
-            level = _Level(b, [s for s in strong if s != ident and all(s[c] == c for c in base[:i])])
+            level = _Level(
+                b, [s for s in strong if s != ident and all(s[c] == c for c in base[:i])]
+            )
             level.start(ident)
             levels.append(level)
         return cls(degree, levels)
@@ -333,7 +335,9 @@ class WordTable:
         self.orders = [perm_order(g) for g in generators]
         m = len(self.base)
         ident = self.identity
-        self.entries: list[dict[int, _Entry]] = [{b: _Entry(ident, ident, (), 0)} for b in self.base]
+        self.entries: list[dict[int, _Entry]] = [
+            {b: _Entry(ident, ident, (), 0)} for b in self.base
+        ]
         self._missing_at = [len(level.trans) - 1 for level in chain.levels]
         self._missing = sum(self._missing_at)
         self._heap: list[tuple[int, int, _Entry, _Entry, int]] = []
@@ -341,8 +345,12 @@ class WordTable:
         self.sifts = 0
         #: strong generators with words, each with the deepest level it lies in
         self._strong: list[tuple[_Entry, int]] = []
-        originals = [_Entry(g, inv(g), self._reduce(((k, 1),)), 1) for k, g in enumerate(generators)]
-        natural = [next((i for i, b in enumerate(self.base) if g.perm[b] != b), m) for g in originals]
+        originals = [
+            _Entry(g, inv(g), self._reduce(((k, 1),)), 1) for k, g in enumerate(generators)
+        ]
+        natural = [
+            next((i for i, b in enumerate(self.base) if g.perm[b] != b), m) for g in originals
+        ]
         self._strong = [(g, lvl) for g, lvl in zip(originals, natural) if lvl < m]
         for g, lvl in zip(originals, natural):
             if lvl < m:
@@ -354,7 +362,8 @@ class WordTable:
             # x and u lie in G⁽ˡᵉᵛᵉˡ⁾: they fix the base points before it
             deeper_full = not any(self._missing_at[level + 1 :])
             if deeper_full and (
-                self._missing_at[level] == 0 or x.perm[u.perm[self.base[level]]] in self.entries[level]
+                self._missing_at[level] == 0
+                or x.perm[u.perm[self.base[level]]] in self.entries[level]
             ):
                 continue  # nothing it could fill
             self.sifts += 1

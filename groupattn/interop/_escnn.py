@@ -118,7 +118,11 @@ def gspace_point_group(gspace: Any) -> PointGroup:
     eg = _escnn_group_module()
     fiber = gspace.fibergroup
     sg_id = getattr(gspace, "_sg_id", None)
-    if getattr(gspace, "dimensionality", None) != 2 or not isinstance(sg_id, tuple) or len(sg_id) != 2:
+    if (
+        getattr(gspace, "dimensionality", None) != 2
+        or not isinstance(sg_id, tuple)
+        or len(sg_id) != 2
+    ):
         raise GroupError(f"groupattn.interop: expected a 2-D escnn gspace on R², got {gspace!r}")
     if isinstance(fiber, eg.DihedralGroup):
         _reflection_offset(gspace, fiber.rotation_order)
@@ -164,7 +168,9 @@ def to_escnn_element(group: PointGroup, g: Any, gspace: Any = None) -> Any:
                 f"got one of {group.name}"
             )
         target = gspace.fibergroup
-        offset = _reflection_offset(gspace, group.n) if group.is_reflection(e) and group.n > 1 else 0
+        offset = (
+            _reflection_offset(gspace, group.n) if group.is_reflection(e) and group.n > 1 else 0
+        )
     rotation, reflection = group.rotation(e), group.is_reflection(e)
     eg = _escnn_group_module()
     if isinstance(target, eg.DihedralGroup):
@@ -222,12 +228,18 @@ def representation_from_escnn(
         Over our [`CyclicGroup`][groupattn.groups.CyclicGroup] / [`DihedralGroup`][groupattn.groups.DihedralGroup]; ``matrix(g)`` is escnn's
         ``representation(to_escnn_element(g))`` in float64.
     """
-    group = gspace_point_group(gspace) if gspace is not None else from_escnn_group(representation.group)
+    group = (
+        gspace_point_group(gspace) if gspace is not None else from_escnn_group(representation.group)
+    )
 
     def matrix(g: GroupElement) -> torch.Tensor:
-        return torch.as_tensor(representation(to_escnn_element(group, g, gspace)), dtype=torch.float64)
+        return torch.as_tensor(
+            representation(to_escnn_element(group, g, gspace)), dtype=torch.float64
+        )
 
-    return MatrixRepresentation(group, representation.size, matrix, name=name or f"escnn:{representation.name}")
+    return MatrixRepresentation(
+        group, representation.size, matrix, name=name or f"escnn:{representation.name}"
+    )
 
 
 def field_type_from_escnn(field_type: Any) -> GridField:

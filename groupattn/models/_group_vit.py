@@ -98,14 +98,25 @@ class GroupViT(nn.Module):
                 f"GroupViT: expected an image size divisible by the patch size {patch_size}, got {image_size}"
             )
         self.equivariant = equivariant
-        self.point_group = resolve_point_group(point_group, "GroupViT") if equivariant else resolve_point_group("C1")
+        self.point_group = (
+            resolve_point_group(point_group, "GroupViT")
+            if equivariant
+            else resolve_point_group("C1")
+        )
         pg = self.point_group
         grid = image_size // patch_size
         kernel = 2 * patch_size if embed_kernel is None else embed_kernel
-        self.embed = LiftedPatchEmbedding(in_channels, dim, patch_size, pg, bias=embed_bias, kernel_size=kernel)
-        self.position: nn.Module = nn.Identity() if equivariant else LiftedAbsolutePositionalEncoding(dim, pg, grid)
+        self.embed = LiftedPatchEmbedding(
+            in_channels, dim, patch_size, pg, bias=embed_bias, kernel_size=kernel
+        )
+        self.position: nn.Module = (
+            nn.Identity() if equivariant else LiftedAbsolutePositionalEncoding(dim, pg, grid)
+        )
         self.blocks = nn.Sequential(
-            *[GroupBlock(dim, pg, num_heads=num_heads, encoding=encoding, grid=grid) for _ in range(depth)]
+            *[
+                GroupBlock(dim, pg, num_heads=num_heads, encoding=encoding, grid=grid)
+                for _ in range(depth)
+            ]
         )
         self.norm = GroupLayerNorm(dim, pg)
         self.pool = GroupGlobalPool(pg, "max", spatial="max")

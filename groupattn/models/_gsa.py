@@ -146,7 +146,9 @@ class GSANet(nn.Module):
     ) -> None:
         super().__init__()
         self.equivariant = equivariant
-        self.point_group = resolve_point_group(point_group, "GSANet") if equivariant else resolve_point_group("C1")
+        self.point_group = (
+            resolve_point_group(point_group, "GSANet") if equivariant else resolve_point_group("C1")
+        )
         pg = self.point_group
         common: dict[str, Any] = dict(
             num_heads=num_heads,
@@ -160,17 +162,25 @@ class GSANet(nn.Module):
         if stem_channels:
             for i, dilation in enumerate(stem_dilations):
                 width = in_channels if i == 0 else stem_channels
-                stem.append(SymmetricConvStem(width, stem_channels, symmetric=equivariant, dilation=dilation))
+                stem.append(
+                    SymmetricConvStem(
+                        width, stem_channels, symmetric=equivariant, dilation=dilation
+                    )
+                )
         self.stem = nn.Sequential(*stem)
         lift_in = stem_channels or in_channels
         self.lift = LiftingSelfAttention(lift_in, dim, pg, **common)
         self.skip: nn.Module
-        if lift_skip == "convolution":  # oriented features from the start: a 3 × 3 lifting convolution
+        if (
+            lift_skip == "convolution"
+        ):  # oriented features from the start: a 3 × 3 lifting convolution
             self.skip = LiftingConvolution(lift_in, dim, 3, pg)
         elif lift_skip == "pointwise":  # the stem's scalar maps, constant along the group axis
             self.skip = _ConstantLift(lift_in, dim)
         else:
-            raise ConfigurationError(f"GSANet: expected lift_skip 'convolution' or 'pointwise', got {lift_skip!r}")
+            raise ConfigurationError(
+                f"GSANet: expected lift_skip 'convolution' or 'pointwise', got {lift_skip!r}"
+            )
         # anchored down-sampling keeps p4 / p4m exact (the blocks then see a canonical coarse grid)
         self.downsample: nn.Module = (
             LiftedPolyphaseDownsample(pg, downsample, image_size=(image_size, image_size))
@@ -204,7 +214,11 @@ class GSANet(nn.Module):
         # the skip runs beside the lifting attention: the sum is equivariant only if both branches are
         skip = chain_contract([("stem", self.stem), ("skip", self.skip)], group, input_type)
         if skip.kind != Status.EQUIVARIANT and contract.kind != Status.BROKEN:
-            contract = skip if skip.kind == Status.BROKEN else Contract.unknown(skip.reason or "skip", GridField())
+            contract = (
+                skip
+                if skip.kind == Status.BROKEN
+                else Contract.unknown(skip.reason or "skip", GridField())
+            )
         if contract.kind == Status.BROKEN and not self.equivariant:
             return Contract.breaks(
                 f"z2 baseline: positional encoding is not rotation-invariant ({contract.reason})",

@@ -65,8 +65,12 @@ def register_model(
 
     def deco(factory: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
         if name in _MODELS:
-            raise ValueError(f"register_model: expected a new model name, got {name!r}, which is taken")
-        _MODELS[name] = ModelSpec(name, factory, group, input_shape, description, dict(defaults), learning_rate)
+            raise ValueError(
+                f"register_model: expected a new model name, got {name!r}, which is taken"
+            )
+        _MODELS[name] = ModelSpec(
+            name, factory, group, input_shape, description, dict(defaults), learning_rate
+        )
         return factory
 
     return deco

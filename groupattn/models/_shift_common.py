@@ -22,7 +22,9 @@ Anchoring = Literal["input", "layers"]
 def check_anchoring(module: str, anchoring: str) -> None:
     """Raise a clear error for an unknown ``anchoring`` option."""
     if anchoring not in ("input", "layers"):
-        raise ConfigurationError(f"{module}: expected anchoring 'input' or 'layers', got {anchoring!r}")
+        raise ConfigurationError(
+            f"{module}: expected anchoring 'input' or 'layers', got {anchoring!r}"
+        )
 
 
 def anchor_period(periods: list[int]) -> int:
@@ -54,14 +56,18 @@ def as_pair(module: str, value: Any) -> tuple[int, int]:
         height, width = value
         return (int(height), int(width))
     except (TypeError, ValueError):
-        raise ConfigurationError(f"{module}: expected an image size as an int or (H, W), got {value!r}") from None
+        raise ConfigurationError(
+            f"{module}: expected an image size as an int or (H, W), got {value!r}"
+        ) from None
 
 
 def per_stage(module: str, name: str, value: Any, stages: int) -> list[Any]:
     """Broadcast a scalar option to every stage, or check a per-stage sequence's length."""
     if isinstance(value, list | tuple):
         if len(value) != stages:
-            raise ConfigurationError(f"{module}: expected {stages} values of {name} (one per stage), got {len(value)}")
+            raise ConfigurationError(
+                f"{module}: expected {stages} values of {name} (one per stage), got {len(value)}"
+            )
         return list(value)
     return [value] * stages
 

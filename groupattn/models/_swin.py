@@ -117,27 +117,46 @@ class ShiftSwin(ShiftTransformer):
         heads_ = per_stage("ShiftSwin", "num_heads", num_heads, stages)
         windows = per_stage("ShiftSwin", "window_size", window_size, stages)
         size = as_pair("ShiftSwin", image_size)
-        per_layer = equivariant and anchoring == "layers"  # each strided layer anchors its own input
+        per_layer = (
+            equivariant and anchoring == "layers"
+        )  # each strided layer anchors its own input
         once = equivariant and anchoring == "input"  # the patch embedding anchors for all of them
         # pixel periods: every stage's windows, every merge (a scalar window broadcasts to each stage)
-        periods = [patch_size * 2**i * windows[i] for i in range(stages)] + [patch_size * 2**i for i in range(stages)]
+        periods = [patch_size * 2**i * windows[i] for i in range(stages)] + [
+            patch_size * 2**i for i in range(stages)
+        ]
         self.patch_embed = PatchEmbedding(
-            in_channels, dims_[0], patch_size, size, anchored=equivariant, norm=anchor_norm,
-            anchor_stride=input_anchor_stride(periods, size) if once else None, anchor_sigma=anchor_sigma if once else 0.0,
+            in_channels,
+            dims_[0],
+            patch_size,
+            size,
+            anchored=equivariant,
+            norm=anchor_norm,
+            anchor_stride=input_anchor_stride(periods, size) if once else None,
+            anchor_sigma=anchor_sigma if once else 0.0,
             bias=embed_bias,
         )
         grid = self.patch_embed.grid
         layers: list[nn.Module] = []
         for stage in range(stages):
             if stage:
-                merge = PatchMerging(dims_[stage - 1], dims_[stage], grid, anchored=per_layer, norm=anchor_norm)
+                merge = PatchMerging(
+                    dims_[stage - 1], dims_[stage], grid, anchored=per_layer, norm=anchor_norm
+                )
                 layers.append(merge)
                 grid = merge.out_grid
             for block in range(depths[stage]):
                 shift = windows[stage] // 2 if block % 2 else 0
                 attention = WindowAttention(
-                    dims_[stage], heads_[stage], grid, windows[stage], shift=shift,
-                    anchored=per_layer, bias=bias, pre_norm=True, norm=anchor_norm,  # type: ignore[arg-type]
+                    dims_[stage],
+                    heads_[stage],
+                    grid,
+                    windows[stage],
+                    shift=shift,
+                    anchored=per_layer,
+                    bias=bias,  # type: ignore[arg-type]
+                    pre_norm=True,
+                    norm=anchor_norm,
                 )
                 layers.append(TransformerBlock(dims_[stage], attention, mlp_ratio))
         self.stages = nn.Sequential(*layers)

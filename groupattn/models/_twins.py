@@ -115,13 +115,23 @@ class ShiftTwins(ShiftTransformer):
         windows = per_stage("ShiftTwins", "window_size", window_size, stages)
         reductions = per_stage("ShiftTwins", "reduction", reduction, stages)
         size = as_pair("ShiftTwins", image_size)
-        per_layer = equivariant and anchoring == "layers"  # each strided layer anchors its own input
+        per_layer = (
+            equivariant and anchoring == "layers"
+        )  # each strided layer anchors its own input
         once = equivariant and anchoring == "input"  # the patch embedding anchors for all of them
         # pixel periods: every stage's windows and reductions, every merge
-        periods = [patch_size * 2**i * m for i in range(stages) for m in (windows[i], reductions[i], 1)]
+        periods = [
+            patch_size * 2**i * m for i in range(stages) for m in (windows[i], reductions[i], 1)
+        ]
         self.patch_embed = PatchEmbedding(
-            in_channels, dims_[0], patch_size, size, anchored=equivariant, norm=anchor_norm,
-            anchor_stride=input_anchor_stride(periods, size) if once else None, anchor_sigma=anchor_sigma if once else 0.0,
+            in_channels,
+            dims_[0],
+            patch_size,
+            size,
+            anchored=equivariant,
+            norm=anchor_norm,
+            anchor_stride=input_anchor_stride(periods, size) if once else None,
+            anchor_sigma=anchor_sigma if once else 0.0,
             bias=embed_bias,
         )
         grid = self.patch_embed.grid
@@ -130,19 +140,31 @@ class ShiftTwins(ShiftTransformer):
         for stage in range(stages):
             dim = dims_[stage]
             if stage:
-                merge = PatchMerging(dims_[stage - 1], dim, grid, anchored=per_layer, norm=anchor_norm)
+                merge = PatchMerging(
+                    dims_[stage - 1], dim, grid, anchored=per_layer, norm=anchor_norm
+                )
                 layers.append(merge)
                 grid = merge.out_grid
             for block in range(depths[stage]):
                 attention: nn.Module
                 if block % 2 == 0:
                     attention = WindowAttention(
-                        dim, heads_[stage], grid, windows[stage], anchored=per_layer, pre_norm=True,
+                        dim,
+                        heads_[stage],
+                        grid,
+                        windows[stage],
+                        anchored=per_layer,
+                        pre_norm=True,
                         norm=anchor_norm,
                     )
                 else:
                     attention = SpatialReductionAttention(
-                        dim, heads_[stage], grid, reductions[stage], anchored=per_layer, pre_norm=True,
+                        dim,
+                        heads_[stage],
+                        grid,
+                        reductions[stage],
+                        anchored=per_layer,
+                        pre_norm=True,
                         norm=anchor_norm,
                     )
                 layers.append(TransformerBlock(dim, attention, mlp_ratio))

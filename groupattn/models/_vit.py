@@ -96,28 +96,44 @@ class ShiftViT(ShiftTransformer):
         self.equivariant = equivariant
         size = as_pair("ShiftViT", image_size)
         self.patch_embed = PatchEmbedding(
-            in_channels, dim, patch_size, size, anchored=equivariant, norm=anchor_norm,
-            anchor_sigma=anchor_sigma if equivariant else 0.0, bias=embed_bias,
+            in_channels,
+            dim,
+            patch_size,
+            size,
+            anchored=equivariant,
+            norm=anchor_norm,
+            anchor_sigma=anchor_sigma if equivariant else 0.0,
+            bias=embed_bias,
         )
         grid = self.patch_embed.grid
         if pool not in ("mean", "attention", "cls"):
-            raise ConfigurationError(f"ShiftViT: expected pool 'mean', 'attention' or 'cls', got {pool!r}")
+            raise ConfigurationError(
+                f"ShiftViT: expected pool 'mean', 'attention' or 'cls', got {pool!r}"
+            )
         prefix = 1 if pool == "cls" else 0
         self.class_token: nn.Module = ClassToken(dim, grid) if pool == "cls" else nn.Identity()
         if positional == "conv":
             padding: Literal["circular", "zeros"] = "circular" if equivariant else "zeros"
-            self.positional: nn.Module = ConvPositionalEncoding(dim, grid, padding_mode=padding, prefix=prefix)
+            self.positional: nn.Module = ConvPositionalEncoding(
+                dim, grid, padding_mode=padding, prefix=prefix
+            )
         elif positional == "absolute":
             self.positional = AbsolutePositionalEncoding(dim, grid, prefix=prefix)
         elif positional == "none":
             self.positional = nn.Identity()
         else:
-            raise ConfigurationError(f"ShiftViT: expected positional 'conv', 'absolute' or 'none', got {positional!r}")
+            raise ConfigurationError(
+                f"ShiftViT: expected positional 'conv', 'absolute' or 'none', got {positional!r}"
+            )
         if bias == "default":
             bias = "circulant" if equivariant else "clipped"
         self.blocks = nn.Sequential(
             *[
-                TransformerBlock(dim, GlobalSelfAttention(dim, num_heads, grid, bias=bias, prefix=prefix), mlp_ratio)
+                TransformerBlock(
+                    dim,
+                    GlobalSelfAttention(dim, num_heads, grid, bias=bias, prefix=prefix),
+                    mlp_ratio,
+                )
                 for _ in range(depth)
             ]
         )

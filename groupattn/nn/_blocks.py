@@ -56,7 +56,9 @@ def chain_contract(
         if isinstance(module, _POINTWISE) and not hasattr(module, "contract"):
             continue
         if not hasattr(module, "contract"):
-            return Contract.unknown(f"{name}: {type(module).__name__} declares no contract", first_type)
+            return Contract.unknown(
+                f"{name}: {type(module).__name__} declares no contract", first_type
+            )
         contract = contract_of(module, current)
         if first_type is None:
             first_type = contract.input_type  # type: ignore[assignment]
@@ -116,7 +118,9 @@ class TransformerBlock(nn.Module):
         grid = getattr(attention, "grid", (1, 1))
         prefix = getattr(attention, "prefix", 0)
         # Attention layers with their own pre-norm (anchored layers normalise after anchoring).
-        self.norm1: nn.Module = nn.Identity() if getattr(attention, "pre_norm", False) else nn.LayerNorm(dim)
+        self.norm1: nn.Module = (
+            nn.Identity() if getattr(attention, "pre_norm", False) else nn.LayerNorm(dim)
+        )
         self.attention = attention
         self.norm2 = nn.LayerNorm(dim)
         # grid/prefix only describe the MLP's stand-alone contract; the block's contract
@@ -148,7 +152,11 @@ class TransformerBlock(nn.Module):
                 out_type,
             )
         current = attention.output_group or group
-        mlp = self.mlp.contract(current, out_type) if out_type is not None else contract_of(self.mlp, current)
+        mlp = (
+            self.mlp.contract(current, out_type)
+            if out_type is not None
+            else contract_of(self.mlp, current)
+        )
         return Contract(attention.kind, in_type, mlp.output_type, None, attention.output_group)
 
 

@@ -36,7 +36,12 @@ __all__ = [
 
 
 def _pointwise_contract(
-    module: str, point_group: PointGroup, group: Group, in_t: FieldType, out_t: FieldType, invariant: bool = False
+    module: str,
+    point_group: PointGroup,
+    group: Group,
+    in_t: FieldType,
+    out_t: FieldType,
+    invariant: bool = False,
 ) -> Contract:
     """Contract of a module acting per position and permutation-equivariantly on the group axis."""
     try:
@@ -81,7 +86,9 @@ class GroupPooling(EquivariantModule):
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """Equivariant ``LiftedField(H) → GridField``."""
-        return _pointwise_contract("GroupPooling", self.point_group, group, LiftedField(self.point_group), GridField())
+        return _pointwise_contract(
+            "GroupPooling", self.point_group, group, LiftedField(self.point_group), GridField()
+        )
 
     def extra_repr(self) -> str:
         return f"{self.point_group.name}, mode={self.mode}"
@@ -112,13 +119,17 @@ class GroupGlobalPool(EquivariantModule):
         For an unknown ``spatial`` mode.
     """
 
-    def __init__(self, point_group: PointGroup | str, mode: str = "max", spatial: str = "mean") -> None:
+    def __init__(
+        self, point_group: PointGroup | str, mode: str = "max", spatial: str = "mean"
+    ) -> None:
         pool = GroupPooling(point_group, mode)
         super().__init__(LiftedField(pool.point_group), InvariantField())
         self.pool = pool
         self.point_group = self.pool.point_group
         if spatial not in ("mean", "max"):
-            raise ConfigurationError(f"GroupGlobalPool: expected spatial pooling 'mean' or 'max', got {spatial!r}")
+            raise ConfigurationError(
+                f"GroupGlobalPool: expected spatial pooling 'mean' or 'max', got {spatial!r}"
+            )
         self.spatial = spatial
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -128,7 +139,12 @@ class GroupGlobalPool(EquivariantModule):
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """Invariant ``LiftedField(H) → InvariantField``."""
         return _pointwise_contract(
-            "GroupGlobalPool", self.point_group, group, LiftedField(self.point_group), InvariantField(), invariant=True
+            "GroupGlobalPool",
+            self.point_group,
+            group,
+            LiftedField(self.point_group),
+            InvariantField(),
+            invariant=True,
         )
 
 
@@ -470,9 +486,13 @@ class LiftedPolyphaseDownsample(EquivariantModule):
         elif self.image_size is not None and self.image_size[0] == self.image_size[1]:
             size = self.image_size[0]
         else:
-            return Contract.unknown(f"{name}: pass a square image_size to state the output group under {group.name}", t)
+            return Contract.unknown(
+                f"{name}: pass a square image_size to state the output group under {group.name}", t
+            )
         if size is None or size % s:
-            return Contract.unknown(f"{name}: the grid side {size} is not divisible by the stride {s}", t)
+            return Contract.unknown(
+                f"{name}: the grid side {size} is not divisible by the stride {s}", t
+            )
         return Contract.canonicalizing(t, t, RotoTranslationGroup(acting, size // s))
 
     def extra_repr(self) -> str:
@@ -510,7 +530,9 @@ class SymmetricConvStem(nn.Module):
         Spacing of the 3 × 3 taps (a dilated kernel keeps the same symmetry).
     """
 
-    def __init__(self, in_channels: int, out_channels: int, symmetric: bool = True, dilation: int = 1) -> None:
+    def __init__(
+        self, in_channels: int, out_channels: int, symmetric: bool = True, dilation: int = 1
+    ) -> None:
         super().__init__()
         if in_channels < 1 or out_channels < 1:
             raise ConfigurationError(
@@ -524,7 +546,9 @@ class SymmetricConvStem(nn.Module):
         self.dilation = dilation
         taps = 3 if symmetric else 9
         bound = 1.0 / (in_channels * 9) ** 0.5
-        self.weight = nn.Parameter(torch.empty(out_channels, in_channels, taps).uniform_(-bound, bound) * 3**0.5)
+        self.weight = nn.Parameter(
+            torch.empty(out_channels, in_channels, taps).uniform_(-bound, bound) * 3**0.5
+        )
         self.bias = nn.Parameter(torch.zeros(out_channels))
 
     def kernel(self) -> torch.Tensor:
@@ -541,7 +565,9 @@ class SymmetricConvStem(nn.Module):
         check_floating_input(x, "SymmetricConvStem")
         r = self.dilation
         padded = torch.nn.functional.pad(x, (r, r, r, r), mode="circular")
-        out = torch.nn.functional.conv2d(padded, self.kernel().to(x.dtype), self.bias.to(x.dtype), dilation=r)
+        out = torch.nn.functional.conv2d(
+            padded, self.kernel().to(x.dtype), self.bias.to(x.dtype), dilation=r
+        )
         return torch.nn.functional.gelu(out)
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
@@ -554,10 +580,15 @@ class SymmetricConvStem(nn.Module):
         if acting is None or acting.order() == 1:
             return Contract.equivariant(in_t, in_t)
         if not self.symmetric:
-            return Contract.breaks("SymmetricConvStem: unconstrained 3x3 kernels are not rotation-invariant", in_t, in_t)
+            return Contract.breaks(
+                "SymmetricConvStem: unconstrained 3x3 kernels are not rotation-invariant",
+                in_t,
+                in_t,
+            )
         if not acting.acts_exactly_on_grid:
             return Contract.unknown(
-                f"SymmetricConvStem: {acting.name} rotations do not map the pixel grid to itself", in_t
+                f"SymmetricConvStem: {acting.name} rotations do not map the pixel grid to itself",
+                in_t,
             )
         return Contract.equivariant(in_t, in_t)
 

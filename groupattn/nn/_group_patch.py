@@ -31,12 +31,19 @@ def _rotated_kernels(weight: torch.Tensor, point_group: PointGroup, module: str)
     """Kernels ``(O, I, k, k)`` transformed by every element of ``H``, slice-major:
     ``(|H|·O, I, k, k)`` with ``W_h = h·W`` (``rot90`` / ``flip`` about the kernel's centre)."""
     return torch.cat(
-        [transform_grid(weight, SpatialElement((0, 0), point_group, h), module) for h in point_group.elements()]
+        [
+            transform_grid(weight, SpatialElement((0, 0), point_group, h), module)
+            for h in point_group.elements()
+        ]
     )
 
 
 def _rotated_kernel_contract(
-    module: str, point_group: PointGroup, acting: PointGroup | None, in_t: GridField, out_t: LiftedField
+    module: str,
+    point_group: PointGroup,
+    acting: PointGroup | None,
+    in_t: GridField,
+    out_t: LiftedField,
 ) -> Contract:
     """Equivariant if every generator of the acting point group is an element of ``H`` (the
     kernels are rotated by ``H`` only), else *breaks*."""
@@ -127,7 +134,9 @@ class LiftedPatchEmbedding(nn.Module):
                 f"LiftedPatchEmbedding: expected a point group acting exactly on the grid, got {self.point_group.name}"
             )
         if patch_size < 1:
-            raise ConfigurationError(f"LiftedPatchEmbedding: expected a patch size >= 1, got {patch_size}")
+            raise ConfigurationError(
+                f"LiftedPatchEmbedding: expected a patch size >= 1, got {patch_size}"
+            )
         kernel = patch_size if kernel_size is None else kernel_size
         if kernel < patch_size or (kernel - patch_size) % 2:
             raise ConfigurationError(
@@ -155,7 +164,9 @@ class LiftedPatchEmbedding(nn.Module):
                 f"LiftedPatchEmbedding: expected a square grid for {self.point_group.name}, "
                 f"got {x.shape[-2]}x{x.shape[-1]}"
             )
-        kernels = _rotated_kernels(self.weight, self.point_group, "LiftedPatchEmbedding")  # (G·O, I, k, k)
+        kernels = _rotated_kernels(
+            self.weight, self.point_group, "LiftedPatchEmbedding"
+        )  # (G·O, I, k, k)
         g = self.point_group.order()
         margin = (self.kernel_size - p) // 2
         if margin:
@@ -170,7 +181,11 @@ class LiftedPatchEmbedding(nn.Module):
         if isinstance(group, TorusTranslations):
             if group.stride % p == 0:
                 return Contract.equivariant(
-                    in_t, out_t, output_group=TorusTranslations(group.height, group.width, stride=group.stride // p)
+                    in_t,
+                    out_t,
+                    output_group=TorusTranslations(
+                        group.height, group.width, stride=group.stride // p
+                    ),
                 )
             return Contract.breaks(
                 f"LiftedPatchEmbedding: the patch grid (patch {p}) does not move with translations by "
@@ -189,7 +204,9 @@ class LiftedPatchEmbedding(nn.Module):
                 in_t,
                 out_t,
             )
-        return _rotated_kernel_contract("LiftedPatchEmbedding", self.point_group, acting, in_t, out_t)
+        return _rotated_kernel_contract(
+            "LiftedPatchEmbedding", self.point_group, acting, in_t, out_t
+        )
 
 
 class LiftingConvolution(nn.Module):
@@ -238,7 +255,9 @@ class LiftingConvolution(nn.Module):
     out_channels = DeprecatedAttribute("dim")
 
     @renamed_arguments(out_channels="dim")
-    def __init__(self, in_channels: int, dim: int, kernel_size: int, point_group: PointGroup | str) -> None:
+    def __init__(
+        self, in_channels: int, dim: int, kernel_size: int, point_group: PointGroup | str
+    ) -> None:
         super().__init__()
         self.point_group = resolve_point_group(point_group, "LiftingConvolution")
         if not self.point_group.acts_exactly_on_grid:
@@ -246,14 +265,18 @@ class LiftingConvolution(nn.Module):
                 f"LiftingConvolution: expected a point group acting exactly on the grid, got {self.point_group.name}"
             )
         if kernel_size < 1 or kernel_size % 2 == 0:
-            raise ConfigurationError(f"LiftingConvolution: expected an odd kernel size >= 1, got {kernel_size}")
+            raise ConfigurationError(
+                f"LiftingConvolution: expected an odd kernel size >= 1, got {kernel_size}"
+            )
         if in_channels < 1 or dim < 1:
             raise ConfigurationError(
                 f"LiftingConvolution: expected positive channel widths, got {in_channels} -> {dim}"
             )
         self.in_channels, self.dim, self.kernel_size = in_channels, dim, kernel_size
         bound = (3.0 / (in_channels * kernel_size * kernel_size)) ** 0.5
-        self.weight = nn.Parameter(torch.empty(dim, in_channels, kernel_size, kernel_size).uniform_(-bound, bound))
+        self.weight = nn.Parameter(
+            torch.empty(dim, in_channels, kernel_size, kernel_size).uniform_(-bound, bound)
+        )
         self.bias = nn.Parameter(torch.zeros(dim))
 
     def kernels(self) -> torch.Tensor:
@@ -263,14 +286,20 @@ class LiftingConvolution(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         name = "LiftingConvolution"
         if x.dim() != 4 or x.shape[1] != self.in_channels:
-            raise ShapeError(f"{name}: expected an image batch (B, C={self.in_channels}, H, W), got {tuple(x.shape)}")
+            raise ShapeError(
+                f"{name}: expected an image batch (B, C={self.in_channels}, H, W), got {tuple(x.shape)}"
+            )
         check_floating_input(x, name)
         height, width = x.shape[-2:]
         if height != width and self.point_group.order() > 2:
-            raise ShapeError(f"{name}: expected a square grid for {self.point_group.name}, got {height}x{width}")
+            raise ShapeError(
+                f"{name}: expected a square grid for {self.point_group.name}, got {height}x{width}"
+            )
         r = self.kernel_size // 2
         if min(height, width) < self.kernel_size:
-            raise ShapeError(f"{name}: expected a grid of at least {self.kernel_size}x{self.kernel_size}, got {height}x{width}")
+            raise ShapeError(
+                f"{name}: expected a grid of at least {self.kernel_size}x{self.kernel_size}, got {height}x{width}"
+            )
         g = self.point_group.order()
         padded = F.pad(x, (r, r, r, r), mode="circular")
         out = F.conv2d(padded, self.kernels().to(x.dtype), self.bias.repeat(g).to(x.dtype))

@@ -52,12 +52,21 @@ class PatchMerging(EquivariantModule):
     merge_cols: torch.Tensor
 
     def __init__(
-        self, dim: int, out_dim: int, grid: tuple[int, int], anchored: bool = True, norm: Norm = "l2"
+        self,
+        dim: int,
+        out_dim: int,
+        grid: tuple[int, int],
+        anchored: bool = True,
+        norm: Norm = "l2",
     ) -> None:
         grid = check_grid(grid, "PatchMerging")
         if grid[0] % 2 or grid[1] % 2:
-            raise ConfigurationError(f"PatchMerging: expected a grid divisible by stride 2, got {grid[0]}x{grid[1]}")
-        super().__init__(TokenField(grid), TokenField((grid[0] // 2, grid[1] // 2)), in_channels=dim)
+            raise ConfigurationError(
+                f"PatchMerging: expected a grid divisible by stride 2, got {grid[0]}x{grid[1]}"
+            )
+        super().__init__(
+            TokenField(grid), TokenField((grid[0] // 2, grid[1] // 2)), in_channels=dim
+        )
         self.grid = grid
         self.dim, self.out_dim, self.anchored, self.norm = dim, out_dim, anchored, norm
         self.out_grid = (self.grid[0] // 2, self.grid[1] // 2)
@@ -78,9 +87,13 @@ class PatchMerging(EquivariantModule):
         else:
             frame = torch.zeros(b, 2, dtype=torch.long, device=x.device)
         # anchoring and the 2x2 grouping in one row gather (same cost for the baseline)
-        index = shifted_token_index(frame[:, 0], frame[:, 1], self.grid, self.merge_rows, self.merge_cols)
+        index = shifted_token_index(
+            frame[:, 0], frame[:, 1], self.grid, self.merge_rows, self.merge_cols
+        )
         # explicit sizes: with an empty batch a -1 would be ambiguous
-        merged = gather_tokens(x, index).reshape(b, self.out_grid[0] * self.out_grid[1], 4 * self.dim)
+        merged = gather_tokens(x, index).reshape(
+            b, self.out_grid[0] * self.out_grid[1], 4 * self.dim
+        )
         return self.reduction(self.layer_norm(merged))
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
@@ -91,7 +104,9 @@ class PatchMerging(EquivariantModule):
             return Contract.unknown(f"PatchMerging: promises nothing for {group.name}", field)
         assert isinstance(group, TorusTranslations)
         if stride % 2 == 0:
-            return Contract.equivariant(field, out, TorusTranslations(group.height, group.width, stride=stride // 2))
+            return Contract.equivariant(
+                field, out, TorusTranslations(group.height, group.width, stride=stride // 2)
+            )
         if not self.anchored:
             return Contract.breaks(
                 "patch merging without anchoring is not translation-equivariant: the 2x2 blocks do not "
@@ -100,7 +115,9 @@ class PatchMerging(EquivariantModule):
                 out,
             )
         if stride != 1:
-            return Contract.unknown(f"PatchMerging: 2 does not divide the acting stride {stride}", field)
+            return Contract.unknown(
+                f"PatchMerging: 2 does not divide the acting stride {stride}", field
+            )
         return Contract.canonicalizing(field, out, TorusTranslations(*self.out_grid))
 
     def extra_repr(self) -> str:

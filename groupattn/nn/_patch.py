@@ -46,7 +46,9 @@ def _check_image(module: str, x: torch.Tensor, channels: int, size: tuple[int, i
     if x.shape[1] != channels:
         raise ShapeError(f"{module}: expected {channels} input channels, got {x.shape[1]}")
     if tuple(x.shape[2:]) != tuple(size):
-        raise ShapeError(f"{module}: expected {size[0]}x{size[1]} images, got {x.shape[2]}x{x.shape[3]}")
+        raise ShapeError(
+            f"{module}: expected {size[0]}x{size[1]} images, got {x.shape[2]}x{x.shape[3]}"
+        )
 
 
 class PatchEmbedding(nn.Module):
@@ -151,11 +153,17 @@ class PatchEmbedding(nn.Module):
                 f"the image size {size[0]}x{size[1]}, got {anchor_stride}"
             )
         if not anchor_sigma >= 0.0:
-            raise ConfigurationError(f"PatchEmbedding: expected anchor_sigma >= 0, got {anchor_sigma}")
+            raise ConfigurationError(
+                f"PatchEmbedding: expected anchor_sigma >= 0, got {anchor_sigma}"
+            )
         self.in_channels, self.dim, self.patch_size, self.image_size = in_channels, dim, patch, size
         self.grid = (size[0] // patch, size[1] // patch)
         self.anchored, self.norm = anchored, norm
-        self.anchor_stride, self.anchor_sigma, self.anchor_scale = stride, float(anchor_sigma), float(anchor_scale)
+        self.anchor_stride, self.anchor_sigma, self.anchor_scale = (
+            stride,
+            float(anchor_sigma),
+            float(anchor_scale),
+        )
         self._taps = (
             (_gaussian_taps(self.anchor_sigma, size[0]), _gaussian_taps(self.anchor_sigma, size[1]))
             if self.anchor_sigma > 0
@@ -215,9 +223,13 @@ class PatchEmbedding(nn.Module):
         stride = torus_stride(group, self.image_size)
         out = TokenField(self.grid)
         if stride is None:
-            return Contract.unknown(f"PatchEmbedding: promises nothing for {group.name}", GridField())
+            return Contract.unknown(
+                f"PatchEmbedding: promises nothing for {group.name}", GridField()
+            )
         assert isinstance(group, TorusTranslations)
-        if stride % self.patch_size == 0 and (not self.anchored or stride % self.anchor_stride == 0):
+        if stride % self.patch_size == 0 and (
+            not self.anchored or stride % self.anchor_stride == 0
+        ):
             # whole patches move, and the anchoring's phase (if any) never changes
             coarse = TorusTranslations(group.height, group.width, stride=stride // self.patch_size)
             return Contract.equivariant(GridField(), out, coarse)
@@ -235,12 +247,18 @@ class PatchEmbedding(nn.Module):
             )
         h, w = self.grid
         ratio = self.anchor_stride // self.patch_size
-        return Contract.canonicalizing(GridField(), out, TorusTranslations(h // ratio, w // ratio, stride=ratio))
+        return Contract.canonicalizing(
+            GridField(), out, TorusTranslations(h // ratio, w // ratio, stride=ratio)
+        )
 
     def extra_repr(self) -> str:
         return (
             f"in_channels={self.in_channels}, dim={self.dim}, patch_size={self.patch_size}, "
             f"image_size={self.image_size}, anchored={self.anchored}"
-            + (f", anchor_stride={self.anchor_stride}" if self.anchor_stride != self.patch_size else "")
+            + (
+                f", anchor_stride={self.anchor_stride}"
+                if self.anchor_stride != self.patch_size
+                else ""
+            )
             + (f", anchor_sigma={self.anchor_sigma}" if self.anchor_sigma > 0 else "")
         )

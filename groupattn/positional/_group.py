@@ -84,7 +84,10 @@ def point_group_tables(point_group: PointGroup) -> PointGroupTables:
     elements = point_group.elements()
     inverse = torch.tensor([point_group.index(point_group.inverse(h)) for h in elements])
     relative = torch.tensor(
-        [[point_group.index(point_group.compose(point_group.inverse(h), k)) for k in elements] for h in elements]
+        [
+            [point_group.index(point_group.compose(point_group.inverse(h), k)) for k in elements]
+            for h in elements
+        ]
     )
     mats = []
     for h in elements:
@@ -174,7 +177,9 @@ def _has_quarter_turn(point_group: PointGroup) -> bool:
     return any((2 * point_group.rotation(h)) % point_group.n != 0 for h in point_group.elements())
 
 
-def check_grid(point_group: PointGroup, height: int, width: int, neighbourhood: int | None, module: str) -> None:
+def check_grid(
+    point_group: PointGroup, height: int, width: int, neighbourhood: int | None, module: str
+) -> None:
     """Raise an error for a grid or neighbourhood the layer cannot handle.
 
     Rotation groups other than C1, C2, D1, D2 need a square grid, and a neighbourhood
@@ -187,7 +192,9 @@ def check_grid(point_group: PointGroup, height: int, width: int, neighbourhood: 
         )
     if neighbourhood is not None:
         if neighbourhood < 1 or neighbourhood % 2 == 0:
-            raise ConfigurationError(f"{module}: expected an odd neighbourhood size k >= 1, got {neighbourhood}")
+            raise ConfigurationError(
+                f"{module}: expected an odd neighbourhood size k >= 1, got {neighbourhood}"
+            )
         if neighbourhood > min(height, width):
             raise ShapeError(
                 f"{module}: expected a neighbourhood of at most the grid side {min(height, width)}, "
@@ -247,7 +254,9 @@ def relative_geometry(
     if neighbourhood is not None:
         k = neighbourhood
         r = k // 2
-        grid = torch.stack(torch.meshgrid(torch.arange(-r, r + 1), torch.arange(-r, r + 1), indexing="ij"), -1)
+        grid = torch.stack(
+            torch.meshgrid(torch.arange(-r, r + 1), torch.arange(-r, r + 1), indexing="ij"), -1
+        )
         deltas = grid.reshape(-1, 2).to(torch.float64)  # (k², 2) row-major
         rotated = torch.einsum("gab,mb->gma", mats, deltas)  # (|H|, k², 2)
         if exact:
@@ -281,13 +290,17 @@ def relative_geometry(
             res = torch.stack(
                 torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij"), -1
             ).reshape(-1, 2)
-            offsets = torch.stack([_centered(res[:, 0], height), _centered(res[:, 1], width)], -1).double()
+            offsets = torch.stack(
+                [_centered(res[:, 0], height), _centered(res[:, 1], width)], -1
+            ).double()
             circular = True
         else:
             span_y, span_x = 2 * height - 1, 2 * width - 1
             dy = torch.arange(-(height - 1), height)
             dx = torch.arange(-(width - 1), width)
-            plane = torch.stack(torch.meshgrid(dy, dx, indexing="ij"), -1).reshape(-1, 2).double()  # (D, 2)
+            plane = (
+                torch.stack(torch.meshgrid(dy, dx, indexing="ij"), -1).reshape(-1, 2).double()
+            )  # (D, 2)
             count = span_y * span_x
             rotated = torch.einsum("gab,mb->gma", mats, plane)  # (|H|, D, 2)
             offsets = rotated.reshape(-1, 2)
@@ -304,7 +317,9 @@ def relative_geometry(
         if neighbourhood is not None:
             index = spatial_index[:, :, None] * n_group + rel[:, None, :]  # (|H|, k², |H|)
         else:
-            index = spatial_index[:, :, None, :] * n_group + rel[:, None, :, None]  # (|H|, N, |H|, N)
+            index = (
+                spatial_index[:, :, None, :] * n_group + rel[:, None, :, None]
+            )  # (|H|, N, |H|, N)
         num_entries = num_spatial * n_group
     return RelativeGeometry(
         point_group=point_group,
@@ -350,9 +365,13 @@ class GroupPositionalEncoding(nn.Module):
     def __init__(self, num_heads: int, vector_dim: int = 0, additive: bool = True) -> None:
         super().__init__()
         if num_heads < 1:
-            raise ConfigurationError(f"{type(self).__name__}: expected num_heads >= 1, got {num_heads}")
+            raise ConfigurationError(
+                f"{type(self).__name__}: expected num_heads >= 1, got {num_heads}"
+            )
         if vector_dim < 0:
-            raise ConfigurationError(f"{type(self).__name__}: expected vector_dim >= 0, got {vector_dim}")
+            raise ConfigurationError(
+                f"{type(self).__name__}: expected vector_dim >= 0, got {vector_dim}"
+            )
         if not additive and vector_dim == 0:
             raise ConfigurationError(
                 f"{type(self).__name__}: expected an additive bias or a query-dependent term, got neither"
@@ -370,7 +389,9 @@ class GroupPositionalEncoding(nn.Module):
         """``(T, out_features)``: the raw values of every table entry."""
         raise NotImplementedError
 
-    def forward(self, geometry: RelativeGeometry) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    def forward(
+        self, geometry: RelativeGeometry
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         values = self.entry_values(geometry)
         heads = self.num_heads
         bias = values[:, :heads].transpose(0, 1) if self.additive else None
@@ -398,7 +419,9 @@ class GroupPositionalEncoding(nn.Module):
         """
         table, _ = self(geometry)
         if table is None:
-            raise ConfigurationError(f"{type(self).__name__}: expected an additive encoding for bias(), got additive=False")
+            raise ConfigurationError(
+                f"{type(self).__name__}: expected an additive encoding for bias(), got additive=False"
+            )
         return self._gather_entries(table, geometry)
 
     def _gather_entries(self, table: torch.Tensor, geometry: RelativeGeometry) -> torch.Tensor:
@@ -420,9 +443,13 @@ def _grid_size(size: object, module: str) -> tuple[int, int]:
             raise TypeError
         height, width = (operator.index(v) for v in pair)
     except TypeError:
-        raise ConfigurationError(f"{module}: expected a grid size (height, width) of ints, got {size!r}") from None
+        raise ConfigurationError(
+            f"{module}: expected a grid size (height, width) of ints, got {size!r}"
+        ) from None
     if height < 1 or width < 1:
-        raise ConfigurationError(f"{module}: expected a grid size of at least 1x1, got {height}x{width}")
+        raise ConfigurationError(
+            f"{module}: expected a grid size of at least 1x1, got {height}x{width}"
+        )
     return height, width
 
 
@@ -511,7 +538,9 @@ class OrbitalTableEncoding(GroupPositionalEncoding, IndexedTable):
                 f"got {point_group.name}; use ContinuousGroupEncoding for finer rotations"
             )
         if neighbourhood is None and grid is None:
-            raise ConfigurationError(f"{name}: expected the grid size for a global table, got grid=None")
+            raise ConfigurationError(
+                f"{name}: expected the grid size for a global table, got grid=None"
+            )
         self.point_group = point_group
         self.lifting = lifting
         self.neighbourhood = neighbourhood
@@ -521,7 +550,9 @@ class OrbitalTableEncoding(GroupPositionalEncoding, IndexedTable):
         else:
             self.grid = height, width = _grid_size(grid, name)
         check_grid(point_group, height, width, neighbourhood, name)
-        geometry = relative_geometry(point_group, height, width, neighbourhood, lifting)  # the fast closed form
+        geometry = relative_geometry(
+            point_group, height, width, neighbourhood, lifting
+        )  # the fast closed form
         self._set_labels(geometry.index, geometry.num_entries)
         self.table = nn.Parameter(torch.randn(geometry.num_entries, self.out_features) * init_std)
 
@@ -614,20 +645,29 @@ class ContinuousGroupEncoding(GroupPositionalEncoding):
         super().__init__(num_heads, vector_dim, additive)
         self.point_group = point_group
         self.lifting = lifting
-        first, last = nn.Linear(2, hidden), nn.Linear(hidden, self.out_features)  # in this order (seeded inits)
+        first, last = (
+            nn.Linear(2, hidden),
+            nn.Linear(hidden, self.out_features),
+        )  # in this order (seeded inits)
         self.mlp = nn.Sequential(first, nn.GELU(), last)
         nn.init.normal_(last.weight, std=init_std / hidden**0.5)
         self.group_embedding = (
-            None if lifting else nn.Parameter(torch.randn(point_group.order(), self.out_features) * init_std)
+            None
+            if lifting
+            else nn.Parameter(torch.randn(point_group.order(), self.out_features) * init_std)
         )
 
     def entry_values(self, geometry: RelativeGeometry) -> torch.Tensor:
         weight = cast(nn.Linear, self.mlp[0]).weight
-        coords = (geometry.spatial_offsets / geometry.scale).to(dtype=weight.dtype, device=weight.device)
+        coords = (geometry.spatial_offsets / geometry.scale).to(
+            dtype=weight.dtype, device=weight.device
+        )
         spatial = self.mlp(coords)  # (S, F)
         if geometry.lifting != self.lifting:
             kind = "lifting" if self.lifting else "group"
-            raise ShapeError(f"ContinuousGroupEncoding: expected a {kind} geometry, got the other kind")
+            raise ShapeError(
+                f"ContinuousGroupEncoding: expected a {kind} geometry, got the other kind"
+            )
         if self.group_embedding is None:
             return spatial
         table = spatial[:, None, :] + self.group_embedding[None, :, :]  # (S, |H|, F)
@@ -673,7 +713,9 @@ def _tile_side(side: int, limit: int) -> int:
 
 
 @lru_cache(maxsize=64)
-def window_tiling(height: int, width: int, neighbourhood: int, circular: bool, max_tile: int = 8) -> WindowTiling:
+def window_tiling(
+    height: int, width: int, neighbourhood: int, circular: bool, max_tile: int = 8
+) -> WindowTiling:
     """The cached [`WindowTiling`][groupattn.positional.WindowTiling] of a grid (tile sides: largest divisors ≤ ``max_tile``)."""
     k = neighbourhood
     r = k // 2
@@ -684,7 +726,9 @@ def window_tiling(height: int, width: int, neighbourhood: int, circular: bool, m
     ax = torch.arange(tiles_x).repeat(tiles_y)
     qy, qx = torch.meshgrid(torch.arange(ty), torch.arange(tx), indexing="ij")
     qy, qx = qy.reshape(-1), qx.reshape(-1)
-    queries = (ay[:, None] * ty + qy[None]) * width + (ax[:, None] * tx + qx[None])  # (tiles, ty·tx)
+    queries = (ay[:, None] * ty + qy[None]) * width + (
+        ax[:, None] * tx + qx[None]
+    )  # (tiles, ty·tx)
     untile = torch.empty(height * width, dtype=torch.long)
     untile[queries.reshape(-1)] = torch.arange(height * width)
     uy, ux = torch.meshgrid(torch.arange(hy), torch.arange(hx), indexing="ij")
@@ -700,4 +744,6 @@ def window_tiling(height: int, width: int, neighbourhood: int, circular: bool, m
     dx = ux[None, :] - qx[:, None] - r
     inside_window = (dy.abs() <= r) & (dx.abs() <= r)
     window = torch.where(inside_window, (dy + r) * k + (dx + r), torch.full_like(dy, -1))
-    return WindowTiling((ty, tx), queries.contiguous(), untile, halo.contiguous(), window.contiguous())
+    return WindowTiling(
+        (ty, tx), queries.contiguous(), untile, halo.contiguous(), window.contiguous()
+    )

@@ -108,8 +108,10 @@ def token_permutation(field_type: FieldType, group: Group, g: Any, num_tokens: i
     probe = torch.arange(num_tokens, dtype=torch.float64).reshape(1, num_tokens, 1)
     moved = stripped.act(group, g, probe).reshape(-1)  # moved[j] = the token now at j
     src = moved.round().long()
-    if moved.shape != (num_tokens,) or not torch.equal(src.double(), moved) or not torch.equal(
-        torch.sort(src).values, torch.arange(num_tokens)
+    if (
+        moved.shape != (num_tokens,)
+        or not torch.equal(src.double(), moved)
+        or not torch.equal(torch.sort(src).values, torch.arange(num_tokens))
     ):
         raise GroupError(
             f"token_permutation: expected {field_type.describe()} to move whole tokens under {group.name}, "
@@ -168,13 +170,16 @@ def labels_contract(
     n = labels.shape[0]
     if _num_tokens(field_type) != n:
         return Contract.unknown(
-            f"{module}: expected a token layout of {n} tokens, got {field_type.describe()}", field_type
+            f"{module}: expected a token layout of {n} tokens, got {field_type.describe()}",
+            field_type,
         )
     try:
         generators = group.generators()
         perms = [token_permutation(field_type, group, g, n) for g in generators]
     except (GroupError, ShapeError) as error:  # ShapeError: its own class from the next release on
-        return Contract.unknown(f"{module}: promises nothing for {group.name} ({error})", field_type)
+        return Contract.unknown(
+            f"{module}: promises nothing for {group.name} ({error})", field_type
+        )
     labels = labels.cpu()
     for g, p in zip(generators, perms):
         moved = labels[p[:, None], p[None, :]]  # moved[i, j] = labels[p(i), p(j)]
@@ -253,15 +258,22 @@ class IndexedTable(nn.Module):
             For labels that are not integers, or a label outside ``[0, K)``.
         """
         name = type(self).__name__
-        if not isinstance(labels, torch.Tensor) or labels.is_floating_point() or labels.is_complex() or (
-            labels.dtype == torch.bool
+        if (
+            not isinstance(labels, torch.Tensor)
+            or labels.is_floating_point()
+            or labels.is_complex()
+            or (labels.dtype == torch.bool)
         ):
-            raise ConfigurationError(f"{name}: expected an integer label tensor, got {_describe(labels)}")
+            raise ConfigurationError(
+                f"{name}: expected an integer label tensor, got {_describe(labels)}"
+            )
         owned = labels.detach().long().clone(memory_format=torch.contiguous_format)
         low, high = (int(owned.min()), int(owned.max())) if owned.numel() else (0, -1)
         k = high + 1 if num_labels is None else num_labels
         if low < 0 or high >= k:
-            raise ConfigurationError(f"{name}: expected labels in [0, {k}), got labels from {low} to {high}")
+            raise ConfigurationError(
+                f"{name}: expected labels in [0, {k}), got labels from {low} to {high}"
+            )
         # a plain attribute: no parameter, no registered buffer (see the class docstring)
         self.__dict__["pair_index"] = owned
         self._num_labels = k
@@ -334,7 +346,9 @@ class PairTableBias(IndexedTable):
     def __init__(self, num_heads: int, prefix: int = 0) -> None:
         super().__init__()
         if num_heads < 1:
-            raise ConfigurationError(f"{type(self).__name__}: expected num_heads >= 1, got {num_heads}")
+            raise ConfigurationError(
+                f"{type(self).__name__}: expected num_heads >= 1, got {num_heads}"
+            )
         if prefix < 0:
             raise ConfigurationError(f"{type(self).__name__}: expected prefix >= 0, got {prefix}")
         self.num_heads, self.prefix = num_heads, prefix
@@ -383,7 +397,9 @@ class _GSetOrbitals(_OrbitalLabels):
     def __init__(self, gset: GSet, num_heads: int) -> None:
         super().__init__(num_heads)
         if not isinstance(gset, GSet):
-            raise ConfigurationError(f"{type(self).__name__}: expected a GSet, got {_describe(gset)}")
+            raise ConfigurationError(
+                f"{type(self).__name__}: expected a GSet, got {_describe(gset)}"
+            )
         self.field = GSetField(gset)
         self._set_labels(gset.orbitals())
 
@@ -398,7 +414,10 @@ class _GSetOrbitals(_OrbitalLabels):
         if field == self.field and group == self.gset.group:
             return Contract.invariant(field)
         return labels_contract(
-            self.orbital_index, group, field, type(self).__name__,
+            self.orbital_index,
+            group,
+            field,
+            type(self).__name__,
             f"the orbitals of {self.gset.group.name} are not unions of orbitals of {group.name}",
         )
 
@@ -528,8 +547,10 @@ class ContinuousOrbitalBias(_GSetOrbitals):
         if values.dim() == 2:
             values = values.unsqueeze(-1)
         if values.dim() != 3 or values.shape[:2] != (n, n):
-            raise ConfigurationError(f"{name}: expected pair invariants of shape (N, N) or (N, N, F) with N={n}, "
-                             f"got {tuple(torch.as_tensor(raw).shape)}")
+            raise ConfigurationError(
+                f"{name}: expected pair invariants of shape (N, N) or (N, N, F) with N={n}, "
+                f"got {tuple(torch.as_tensor(raw).shape)}"
+            )
         if not bool(torch.isfinite(values).all()):
             raise ConfigurationError(f"{name}: expected finite pair invariants, got inf or nan")
         k = self.num_labels
@@ -560,7 +581,10 @@ class ContinuousOrbitalBias(_GSetOrbitals):
         norm = torch.where(norm > 0, norm, torch.ones_like(norm))
         self.__dict__["features"] = (flat[first] / norm).contiguous()  # (K, F), one per orbital
         self.num_features = f
-        inner, last = nn.Linear(f, hidden), nn.Linear(hidden, num_heads)  # in this order (seeded inits)
+        inner, last = (
+            nn.Linear(f, hidden),
+            nn.Linear(hidden, num_heads),
+        )  # in this order (seeded inits)
         self.mlp = nn.Sequential(inner, nn.GELU(), last)
         nn.init.normal_(last.weight, std=init_std / hidden**0.5)
         nn.init.zeros_(last.bias)
@@ -603,7 +627,11 @@ class PairwiseBias(PairTableBias):
 
     @renamed_arguments(heads="num_heads")
     def __init__(
-        self, num_points: int, num_heads: int, init_std: float = 0.02, field_type: FieldType | None = None
+        self,
+        num_points: int,
+        num_heads: int,
+        init_std: float = 0.02,
+        field_type: FieldType | None = None,
     ) -> None:
         super().__init__(num_heads)
         from ..actions import SetField
@@ -623,7 +651,10 @@ class PairwiseBias(PairTableBias):
         """Breaks under every group that moves a token."""
         field = input_type if isinstance(input_type, FieldType) else self.field
         return labels_contract(
-            self.pair_index, group, field, "PairwiseBias",
+            self.pair_index,
+            group,
+            field,
+            "PairwiseBias",
             "a free bias per token pair is not constant on the orbitals",
         )
 

@@ -113,7 +113,9 @@ class CirculantRelativeBias(_OrbitalLabels):
     """
 
     @renamed_arguments(heads="num_heads")
-    def __init__(self, grid: tuple[int, int], num_heads: int, prefix: int = 0, init_std: float = 0.02) -> None:
+    def __init__(
+        self, grid: tuple[int, int], num_heads: int, prefix: int = 0, init_std: float = 0.02
+    ) -> None:
         super().__init__(num_heads, prefix)
         self.grid = check_grid(grid, "CirculantRelativeBias")
         h, w = self.grid
@@ -165,13 +167,17 @@ class ClippedRelativeBias(PairTableBias):
     """
 
     @renamed_arguments(heads="num_heads")
-    def __init__(self, grid: tuple[int, int], num_heads: int, prefix: int = 0, init_std: float = 0.02) -> None:
+    def __init__(
+        self, grid: tuple[int, int], num_heads: int, prefix: int = 0, init_std: float = 0.02
+    ) -> None:
         super().__init__(num_heads, prefix)
         self.grid = check_grid(grid, "ClippedRelativeBias")
         h, w = self.grid
         ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
         ys, xs = ys.reshape(-1), xs.reshape(-1)
-        index = (ys[None, :] - ys[:, None] + h - 1) * (2 * w - 1) + (xs[None, :] - xs[:, None] + w - 1)
+        index = (ys[None, :] - ys[:, None] + h - 1) * (2 * w - 1) + (
+            xs[None, :] - xs[:, None] + w - 1
+        )
         self._set_labels(index)
         self.table = nn.Parameter(torch.randn(num_heads, (2 * h - 1) * (2 * w - 1)) * init_std)
 
@@ -222,13 +228,17 @@ class AbsolutePositionalEncoding(EquivariantModule):
 
     floating_input = True
 
-    def __init__(self, dim: int, grid: tuple[int, int], prefix: int = 0, init_std: float = 0.02) -> None:
+    def __init__(
+        self, dim: int, grid: tuple[int, int], prefix: int = 0, init_std: float = 0.02
+    ) -> None:
         grid = check_grid(grid, "AbsolutePositionalEncoding")
         field = TokenField(grid, prefix=prefix)
         super().__init__(field, field, in_channels=dim)
         self.grid = grid
         self.dim, self.prefix = dim, prefix
-        self.embedding = nn.Parameter(torch.randn(1, prefix + self.grid[0] * self.grid[1], dim) * init_std)
+        self.embedding = nn.Parameter(
+            torch.randn(1, prefix + self.grid[0] * self.grid[1], dim) * init_std
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Add the position embeddings (the input is checked before, see the class docstring)."""
@@ -237,7 +247,10 @@ class AbsolutePositionalEncoding(EquivariantModule):
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """Breaks under translations."""
         return translation_contract(
-            "AbsolutePositionalEncoding", group, self.grid, self.prefix,
+            "AbsolutePositionalEncoding",
+            group,
+            self.grid,
+            self.prefix,
             "absolute positional encoding is not translation-invariant",
         )
 
@@ -285,7 +298,9 @@ class ConvPositionalEncoding(EquivariantModule):
     ) -> None:
         grid = check_grid(grid, "ConvPositionalEncoding")
         if kernel_size % 2 != 1:
-            raise ConfigurationError(f"ConvPositionalEncoding: expected an odd kernel size, got {kernel_size}")
+            raise ConfigurationError(
+                f"ConvPositionalEncoding: expected an odd kernel size, got {kernel_size}"
+            )
         if padding_mode not in ("circular", "zeros"):
             raise ConfigurationError(
                 f"ConvPositionalEncoding: expected padding_mode 'circular' or 'zeros', got {padding_mode!r}"

@@ -45,7 +45,11 @@ def _cheap_order(group: Group, limit: int = ENUMERATION_LIMIT) -> int | None:
     if not group.is_finite:
         return None
     cached = _ORDER_CACHE.get(id(group))
-    if cached is not None and cached[0]() is group and (cached[1] is not None or cached[2] >= limit):
+    if (
+        cached is not None
+        and cached[0]() is group
+        and (cached[1] is not None or cached[2] >= limit)
+    ):
         order = cached[1]
     else:
         values = getattr(group, "_elements_cache", None)
@@ -109,7 +113,11 @@ def _product_replacement(group: Group, n: int, seed: int, warmup: int = 60) -> l
         nonlocal accumulator
         i, j = rng.sample(range(len(state)), 2)
         other = state[j] if rng.random() < 0.5 else group._inverse(state[j])
-        state[i] = group._compose(state[i], other) if rng.random() < 0.5 else group._compose(other, state[i])
+        state[i] = (
+            group._compose(state[i], other)
+            if rng.random() < 0.5
+            else group._compose(other, state[i])
+        )
         accumulator = group._compose(accumulator, state[i])
         return accumulator
 
@@ -153,7 +161,9 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     """``max|actual − expected| / max(max|expected|, tiny)`` computed in float64."""
     a, e = actual.detach().double(), expected.detach().double()
     if a.shape != e.shape:
-        raise GroupError(f"relative_error: expected equal shapes, got {tuple(a.shape)} and {tuple(e.shape)}")
+        raise GroupError(
+            f"relative_error: expected equal shapes, got {tuple(a.shape)} and {tuple(e.shape)}"
+        )
     scale = e.abs().max().item() if e.numel() else 0.0
     diff = (a - e).abs().max().item() if e.numel() else 0.0
     return diff / max(scale, torch.finfo(torch.float64).tiny)
@@ -166,7 +176,9 @@ def _main_output(y: Any) -> torch.Tensor:
         return y.output
     if isinstance(y, tuple | list) and y and isinstance(y[0], torch.Tensor):
         return y[0]
-    raise GroupError(f"equivariance_error: expected the function to return a tensor, got {type(y).__name__}")
+    raise GroupError(
+        f"equivariance_error: expected the function to return a tensor, got {type(y).__name__}"
+    )
 
 
 @dataclass
@@ -199,7 +211,10 @@ class EquivarianceReport:
 
 
 def _resolve_types(
-    fn: Callable[..., Any], group: Group, input_type: FieldType | None, output_type: FieldType | None
+    fn: Callable[..., Any],
+    group: Group,
+    input_type: FieldType | None,
+    output_type: FieldType | None,
 ) -> tuple[FieldType, FieldType, Contract | None]:
     contract: Contract | None = None
     if input_type is None or output_type is None:
@@ -280,7 +295,9 @@ def equivariance_error(
         if up_to_frame:
             # The frame is an element of the group acting on the output (the contract's
             # output_group, e.g. coarse translations after a strided canonicalizer).
-            frame_group = contract.output_group if contract is not None and contract.output_group else group
+            frame_group = (
+                contract.output_group if contract is not None and contract.output_group else group
+            )
             if not frame_group.is_finite:
                 raise GroupError(
                     f"equivariance_error: expected a finite group to compare up to frame, got {frame_group.name}"

@@ -42,9 +42,9 @@ def _float_dtype(request: Any) -> Iterator[torch.dtype]:
 
 
 float_dtype = (
-    pytest.fixture(params=[torch.float32, torch.float64], ids=["float32", "float64"], name="float_dtype")(
-        _float_dtype
-    )
+    pytest.fixture(
+        params=[torch.float32, torch.float64], ids=["float32", "float64"], name="float_dtype"
+    )(_float_dtype)
     if pytest is not None
     else _float_dtype
 )

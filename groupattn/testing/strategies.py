@@ -36,7 +36,14 @@ def spatial_groups(size: int, rotations: bool = True) -> st.SearchStrategy[Group
     """
     options: list[Group] = [TorusTranslations(size, size)]
     if rotations:
-        options += [CyclicGroup(2), CyclicGroup(4), DihedralGroup(2), DihedralGroup(4), p4(size), p4m(size)]
+        options += [
+            CyclicGroup(2),
+            CyclicGroup(4),
+            DihedralGroup(2),
+            DihedralGroup(4),
+            p4(size),
+            p4m(size),
+        ]
     return st.sampled_from(options)
 
 
@@ -44,9 +51,22 @@ def finite_groups(max_order: int = 64) -> st.SearchStrategy[Group]:
     """Small built-in finite groups: cyclic, dihedral, tori, products, symmetric, hexagon."""
     hexagon = PermutationGroup([[1, 2, 3, 4, 5, 0], [0, 5, 4, 3, 2, 1]], name="hexagon")
     options: list[Group] = [
-        CyclicGroup(1), CyclicGroup(2), CyclicGroup(3), CyclicGroup(4), CyclicGroup(8),
-        DihedralGroup(1), DihedralGroup(2), DihedralGroup(3), DihedralGroup(4), DihedralGroup(6),
-        TorusTranslations(3, 4), TorusTranslations(5, 5), p4(2), p4m(2), SymmetricGroup(4), hexagon,
+        CyclicGroup(1),
+        CyclicGroup(2),
+        CyclicGroup(3),
+        CyclicGroup(4),
+        CyclicGroup(8),
+        DihedralGroup(1),
+        DihedralGroup(2),
+        DihedralGroup(3),
+        DihedralGroup(4),
+        DihedralGroup(6),
+        TorusTranslations(3, 4),
+        TorusTranslations(5, 5),
+        p4(2),
+        p4m(2),
+        SymmetricGroup(4),
+        hexagon,
     ]
     return st.sampled_from([g for g in options if (g.order() or 0) <= max_order])
 

@@ -40,6 +40,7 @@ pickled NumPy's random state as an array and cannot be loaded safely; it is refu
 #: The entries every checkpoint holds.
 _REQUIRED = ("model", "optimizer", "scheduler", "epoch", "rng", "config", "history")
 
+
 class CheckpointError(GroupattnError, ValueError):
     """A checkpoint that cannot be used: missing, truncated, foreign, unsafe or from another run."""
 
@@ -48,7 +49,11 @@ def capture_rng_state() -> dict[str, Any]:
     """The states of Python's, NumPy's and PyTorch's (CPU and CUDA) generators, as plain values and tensors."""
     version, internal, gauss = random.getstate()
     state: dict[str, Any] = {
-        "python": {"version": version, "state": torch.tensor(internal, dtype=torch.int64), "gauss": gauss},
+        "python": {
+            "version": version,
+            "state": torch.tensor(internal, dtype=torch.int64),
+            "gauss": gauss,
+        },
         "torch": torch.get_rng_state(),
     }
     try:
@@ -72,7 +77,9 @@ def capture_rng_state() -> dict[str, Any]:
 def restore_rng_state(state: dict[str, Any]) -> None:
     """Restore what [`capture_rng_state`][groupattn.training.capture_rng_state] returned."""
     python = state["python"]
-    random.setstate((int(python["version"]), tuple(int(v) for v in python["state"].tolist()), python["gauss"]))
+    random.setstate(
+        (int(python["version"]), tuple(int(v) for v in python["state"].tolist()), python["gauss"])
+    )
     torch.set_rng_state(state["torch"])
     if "numpy" in state:
         import numpy as np
@@ -116,17 +123,26 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     path = Path(path)
     where = f"load_checkpoint: {str(path)!r}"
     if not path.exists():
-        raise CheckpointError(f"{where}: expected a checkpoint file, got a path that does not exist")
+        raise CheckpointError(
+            f"{where}: expected a checkpoint file, got a path that does not exist"
+        )
     if not path.is_file():
         raise CheckpointError(f"{where}: expected a checkpoint file, got a folder or special file")
+    _check_archive(path, where)
     try:
-        with warnings.catch_warnings():  # torch warns about pickle protocols before refusing a foreign file
-            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+        with (
+            warnings.catch_warnings()
+        ):  # torch warns about pickle protocols before refusing a foreign file
+            warnings.filterwarnings(
+                "ignore", message="Detected pickle protocol", category=UserWarning
+            )
             state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
         detail = " ".join(str(error).split())
         found = re.search(r"GLOBAL (\S+)|Unsupported global: GLOBAL (\S+)", detail)
-        if found is None:  # not a pickle of plain values at all: garbage, or a raw pickle torch cannot read safely
+        if (
+            found is None
+        ):  # not a pickle of plain values at all: garbage, or a raw pickle torch cannot read safely
             raise CheckpointError(
                 f"{where}: expected a PyTorch checkpoint file, got a truncated or foreign file that cannot be read "
                 "safely (not a PyTorch archive of tensors and plain values)"
@@ -137,19 +153,140 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             "code when unpickled; a crafted file, or a format-1 checkpoint of an older groupattn (retrain, or re-save "
             "it from a trusted session)"
         ) from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as error:
+    except (
+        Exception
+    ) as error:  # torch's readers raise KeyError, RuntimeError, EOFError, … for foreign bytes
         first = (" ".join(str(error).split()) or type(error).__name__)[:160]
-        raise CheckpointError(f"{where}: expected a PyTorch checkpoint file, got a truncated or foreign file ({first})") from None
+        raise CheckpointError(
+            f"{where}: expected a PyTorch checkpoint file, got a truncated or foreign file ({first})"
+        ) from None
     if not isinstance(state, dict) or "format" not in state:
-        raise CheckpointError(f"{where}: expected a groupattn checkpoint, got a PyTorch file without groupattn's format tag")
+        raise CheckpointError(
+            f"{where}: expected a groupattn checkpoint, got a PyTorch file without groupattn's format tag"
+        )
     if state["format"] != CHECKPOINT_FORMAT:
         raise CheckpointError(
             f"{where}: expected checkpoint format {CHECKPOINT_FORMAT}, got format {state['format']!r} (another groupattn version)"
         )
     missing = [key for key in _REQUIRED if key not in state]
     if missing:
-        raise CheckpointError(f"{where}: expected entries {', '.join(_REQUIRED)}, got none for {', '.join(missing)}")
+        raise CheckpointError(
+            f"{where}: expected entries {', '.join(_REQUIRED)}, got none for {', '.join(missing)}"
+        )
+    _check_values(state, where)
+    _check_entries(state, where)
     return state
+
+
+def _check_archive(path: Path, where: str) -> None:
+    """Refuse a zip archive whose entries are compressed or claim more bytes than the file holds.
+
+    ``torch.save`` stores entries uncompressed; a deflated entry can expand a small
+    file into gigabytes (a zip bomb) before any check on what it holds.
+    """
+    if not zipfile.is_zipfile(path):
+        return
+    size = path.stat().st_size
+    try:
+        with zipfile.ZipFile(path) as archive:
+            entries = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return  # torch.load reports a broken archive in its own words
+    for info in entries:
+        if info.compress_type != zipfile.ZIP_STORED or info.file_size > size:
+            raise CheckpointError(
+                f"{where}: refused: entry {info.filename!r} is compressed or larger than the file "
+                f"({info.file_size:,} bytes in a {size:,}-byte file); torch.save never writes that"
+            )
+
+
+#: Limits of the plain values in a checkpoint: nesting depth and number of containers.
+_MAX_DEPTH, _MAX_CONTAINERS = 32, 1_000_000
+
+
+def _check_values(state: Any, where: str) -> None:
+    """Only tensors and plain values; no shared or cyclic containers; tensors densely stored.
+
+    A tensor saved as a stride-0 view of a tiny storage claims any number of elements;
+    a container referenced twice can make comparisons and messages exponential.
+    """
+    seen: set[int] = set()
+    stack: list[tuple[Any, int]] = [(state, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, torch.Tensor):
+            if (
+                not value.is_contiguous()
+                or value.untyped_storage().nbytes() < value.numel() * value.element_size()
+            ):
+                raise CheckpointError(
+                    f"{where}: refused: a tensor of shape {tuple(value.shape)} is not densely stored"
+                )
+            continue
+        if value is None or isinstance(value, (bool, int, float, str, bytes)):
+            continue
+        if not isinstance(value, (dict, list, tuple)):
+            raise CheckpointError(
+                f"{where}: expected tensors and plain values, got a {type(value).__name__}"
+            )
+        if id(value) in seen:
+            raise CheckpointError(
+                f"{where}: refused: a container is referenced twice (shared or cyclic values)"
+            )
+        seen.add(id(value))
+        if depth > _MAX_DEPTH or len(seen) > _MAX_CONTAINERS:
+            raise CheckpointError(
+                f"{where}: refused: values nested deeper than {_MAX_DEPTH} or too many containers"
+            )
+        items = list(value.items()) if isinstance(value, dict) else list(enumerate(value))
+        for key, item in items:
+            if not isinstance(key, (str, int)):
+                raise CheckpointError(
+                    f"{where}: expected string or integer keys, got a {type(key).__name__}"
+                )
+            stack.append((item, depth + 1))
+
+
+def _check_entries(state: dict[str, Any], where: str) -> None:
+    """The types and sizes of the entries groupattn reads back."""
+    epoch = state["epoch"]
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise CheckpointError(
+            f"{where}: expected 'epoch' to be a non-negative integer, got {epoch!r:.40}"
+        )
+    for key in ("model", "optimizer", "scheduler", "config"):
+        if not isinstance(state[key], dict):
+            raise CheckpointError(
+                f"{where}: expected {key!r} to be a dict, got a {type(state[key]).__name__}"
+            )
+    history = state["history"]
+    if not isinstance(history, list) or not all(
+        isinstance(h, dict)
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in h.values())
+        for h in history
+    ):
+        raise CheckpointError(f"{where}: expected 'history' to be a list of dicts of numbers")
+    if not isinstance(state["rng"], list):
+        raise CheckpointError(
+            f"{where}: expected 'rng' to be a list, got a {type(state['rng']).__name__}"
+        )
+    expected_torch = torch.get_rng_state().numel()
+    for rng in state["rng"]:
+        ok = (
+            isinstance(rng, dict)
+            and isinstance(rng.get("python"), dict)
+            and _tensor_of(rng["python"].get("state"), 625, torch.int64)
+            and _tensor_of(rng.get("torch"), expected_torch, torch.uint8)
+            and ("numpy" not in rng or _tensor_of(rng["numpy"].get("key"), 624, torch.int64))
+        )
+        if not ok:
+            raise CheckpointError(
+                f"{where}: expected random-number states as written by capture_rng_state"
+            )
+
+
+def _tensor_of(value: Any, numel: int, dtype: torch.dtype) -> bool:
+    return isinstance(value, torch.Tensor) and value.numel() == numel and value.dtype == dtype
 
 
 #: Settings that may differ between the run that wrote a checkpoint and the run resuming it, and why.
@@ -177,7 +314,9 @@ def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def checkpoint_differences(saved: dict[str, Any], current: dict[str, Any]) -> tuple[list[str], list[str]]:
+def checkpoint_differences(
+    saved: dict[str, Any], current: dict[str, Any]
+) -> tuple[list[str], list[str]]:
     """What differs between a checkpoint's ``config`` and the resuming run's.
 
     Parameters
@@ -205,10 +344,18 @@ def checkpoint_differences(saved: dict[str, Any], current: dict[str, Any]) -> tu
         if before == now or key in _QUIET:
             continue
         if key in _MAY_DIFFER:
-            allowed.append(f"{key}: checkpoint {before!r}, now {now!r} (allowed: only {_MAY_DIFFER[key]})")
+            allowed.append(
+                f"{key}: checkpoint {before!r}, now {now!r} (allowed: only {_MAY_DIFFER[key]})"
+            )
         elif key == "epochs" and isinstance(before, int) and isinstance(now, int) and now > before:
-            stretched = "" if current.get("schedule") == "constant" else "; the cosine schedule is stretched to the new length"
-            allowed.append(f"epochs: checkpoint {before}, now {now} (allowed: training continues{stretched})")
+            stretched = (
+                ""
+                if current.get("schedule") == "constant"
+                else "; the cosine schedule is stretched to the new length"
+            )
+            allowed.append(
+                f"epochs: checkpoint {before}, now {now} (allowed: training continues{stretched})"
+            )
         else:
             refused.append(f"{key}: checkpoint {before!r}, now {now!r}")
     return refused, allowed

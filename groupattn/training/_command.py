@@ -19,9 +19,11 @@ from .._command_line import (
     UsageError,
     add_common_arguments,
     check_device,
+    check_distinct_outputs,
     check_output_path,
     json_text,
     run_command,
+    seed_value,
 )
 from .._errors import ShapeError
 from .._resources import BudgetError, estimate_model_memory, format_bytes
@@ -45,7 +47,13 @@ from ._trainer import TrainConfig, train
 __all__ = ["EXIT_CODES", "BuiltModel", "build_model", "data_model_kwargs", "register"]
 
 #: Exit codes of ``groupattn train`` and ``groupattn demo``.
-EXIT_CODES: dict[str, int] = {"ok": 0, "runtime_error": 1, "usage_error": 2, "missing_extra": 3, "interrupted": 130}
+EXIT_CODES: dict[str, int] = {
+    "ok": 0,
+    "runtime_error": 1,
+    "usage_error": 2,
+    "missing_extra": 3,
+    "interrupted": 130,
+}
 
 _EXIT_MEANINGS = {
     "ok": "trained and evaluated",
@@ -56,6 +64,7 @@ _EXIT_MEANINGS = {
     "missing_extra": "--data needs an optional extra that is not installed (the message names it)",
     "interrupted": "Ctrl-C (no partial file is left behind)",
 }
+
 
 def exit_codes_epilog() -> str:
     """The exit-code table for ``--help``."""
@@ -75,7 +84,9 @@ def data_canvas(source: str, models: Sequence[str]) -> int | None:
     """
     from ..models import get_spec, list_models
 
-    sides = [int(get_spec(m).input_shape[-1]) for m in models if ":" not in m and m in list_models()]
+    sides = [
+        int(get_spec(m).input_shape[-1]) for m in models if ":" not in m and m in list_models()
+    ]
     if source == "digits":
         return sides[0] if sides else 32
     if source in _MNIST_SOURCES:
@@ -83,7 +94,9 @@ def data_canvas(source: str, models: Sequence[str]) -> int | None:
     return None
 
 
-def data_model_kwargs(spec: str, data: TrainingData, given: dict[str, Any] | None = None) -> dict[str, Any]:
+def data_model_kwargs(
+    spec: str, data: TrainingData, given: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Keyword arguments that fit a registry model to ``data``: ``in_channels``,
     ``num_classes`` and ``image_size`` (an int for square images), unless ``given``.
 
@@ -92,7 +105,11 @@ def data_model_kwargs(spec: str, data: TrainingData, given: dict[str, Any] | Non
     if ":" in spec:
         return {}
     c, h, w = data.input_shape
-    fitted: dict[str, Any] = {"in_channels": c, "num_classes": data.num_classes, "image_size": h if h == w else (h, w)}
+    fitted: dict[str, Any] = {
+        "in_channels": c,
+        "num_classes": data.num_classes,
+        "image_size": h if h == w else (h, w),
+    }
     return {k: v for k, v in fitted.items() if k not in (given or {})}
 
 
@@ -165,23 +182,35 @@ def build_model(
         try:
             factory = getattr(importlib.import_module(module_name), factory_name)
         except (ImportError, AttributeError) as error:
-            raise ValueError(f"groupattn train: expected --model MODULE:FACTORY to exist, got {spec!r} ({error})") from error
+            raise ValueError(
+                f"groupattn train: expected --model MODULE:FACTORY to exist, got {spec!r} ({error})"
+            ) from error
         model = factory(**kwargs)
         if not isinstance(model, nn.Module):
-            raise ValueError(f"groupattn train: expected {spec} to return a torch.nn.Module, got {type(model).__name__}")
+            raise ValueError(
+                f"groupattn train: expected {spec} to return a torch.nn.Module, got {type(model).__name__}"
+            )
         return BuiltModel(model, spec, group)
     from ..models import create, get_spec, list_models
 
     if spec not in list_models():
-        raise ValueError(f"groupattn train: expected --model to be one of {list_models()} or MODULE:FACTORY, got {spec!r}")
+        raise ValueError(
+            f"groupattn train: expected --model to be one of {list_models()} or MODULE:FACTORY, got {spec!r}"
+        )
     model = create(spec, equivariant=not baseline, **kwargs)
     label = f"{spec} ({'baseline' if baseline else 'equivariant'})"
     return BuiltModel(model, label, group or get_spec(spec).group)
 
 
 def _format_summary(
-    label: str, data: TrainingData, epochs: int, seconds: float, evaluation: Evaluation,
-    check: EquivarianceCheck | None, max_shift: int, history: Sequence[dict[str, float]] = (),
+    label: str,
+    data: TrainingData,
+    epochs: int,
+    seconds: float,
+    evaluation: Evaluation,
+    check: EquivarianceCheck | None,
+    max_shift: int,
+    history: Sequence[dict[str, float]] = (),
 ) -> str:
     constant = evaluation.predicted_classes == 1
     meaningless = "   (meaningless: one class for every input)" if constant else ""
@@ -200,7 +229,9 @@ def _format_summary(
         "crop_shift": ("crop shift", "random crops of the image padded by {} px"),
     }
     if evaluation.robustness:
-        lines.append("  the papers' protocols: two random transformations per image; consistency = same class for both")
+        lines.append(
+            "  the papers' protocols: two random transformations per image; consistency = same class for both"
+        )
     for name, result in evaluation.robustness.items():
         title, what = described[name]
         lines.append(
@@ -214,7 +245,9 @@ def _format_summary(
         )
     diverged = next((int(h["epoch"]) for h in history if not math.isfinite(h["loss"])), None)
     if diverged is not None:
-        lines.append(f"  warning: the training loss became NaN or infinite in epoch {diverged} (diverged: lower --lr)")
+        lines.append(
+            f"  warning: the training loss became NaN or infinite in epoch {diverged} (diverged: lower --lr)"
+        )
     if constant:
         lines.append(
             "  warning: the model predicts one class for every test image (not trained enough, or diverged): "
@@ -256,7 +289,9 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise UsageError(f"expected --limit >= 1, got {args.limit}")
     for option in ("max_shift", "crop_shift", "crop_padding"):
         if getattr(args, option) < 0:
-            raise UsageError(f"expected --{option.replace('_', '-')} >= 0, got {getattr(args, option)}")
+            raise UsageError(
+                f"expected --{option.replace('_', '-')} >= 0, got {getattr(args, option)}"
+            )
     if args.resume and not args.checkpoint:
         raise UsageError("expected --checkpoint FILE with --resume, got none")
 
@@ -270,14 +305,25 @@ def _check_model_name(spec: str) -> None:
         try:
             module = importlib.import_module(module_name)
         except Exception as error:
-            raise UsageError(f"cannot import {module_name!r} for --model {spec!r}: {type(error).__name__}: {error}") from None
+            raise UsageError(
+                f"cannot import {module_name!r} for --model {spec!r}: {type(error).__name__}: {error}"
+            ) from None
         if not callable(getattr(module, factory_name, None)):
-            raise UsageError(f"expected --model {spec!r} to name a function, got no callable {factory_name!r} in {module_name!r}")
+            raise UsageError(
+                f"expected --model {spec!r} to name a function, got no callable {factory_name!r} in {module_name!r}"
+            )
         return
     from ..models import list_models
 
     if spec not in list_models():
-        raise UsageError(f"expected --model to be one of {', '.join(list_models())} or MODULE:FACTORY, got {spec!r}")
+        raise UsageError(
+            f"expected --model to be one of {', '.join(list_models())} or MODULE:FACTORY, got {spec!r}"
+        )
+
+
+def _data_folder(source: str) -> str | None:
+    """``--data`` when it names a folder (no output may be written inside it), else ``None``."""
+    return source if source not in DATA_SOURCES and Path(source).is_dir() else None
 
 
 def _check_group_acts(group: Group, input_shape: tuple[int, ...]) -> None:
@@ -290,8 +336,12 @@ def _check_group_acts(group: Group, input_shape: tuple[int, ...]) -> None:
 def _identity(args: argparse.Namespace, model_args: dict[str, Any]) -> dict[str, Any]:
     """What the run trains beyond [`TrainConfig`][groupattn.training.TrainConfig]: compared when resuming."""
     return {
-        "model": args.model, "baseline": bool(args.baseline), "model_args": dict(sorted(model_args.items())),
-        "data": str(args.data), "limit": args.limit, "normalize": bool(args.normalize),
+        "model": args.model,
+        "baseline": bool(args.baseline),
+        "model_args": dict(sorted(model_args.items())),
+        "data": str(args.data),
+        "limit": args.limit,
+        "normalize": bool(args.normalize),
     }
 
 
@@ -303,16 +353,26 @@ def _plan_resume(args: argparse.Namespace, config: TrainConfig) -> str:
     if not path.exists():
         return f"no checkpoint at {args.checkpoint}: starting fresh"
     state = load_checkpoint(path)
-    refused, allowed = checkpoint_differences(state["config"] if isinstance(state["config"], dict) else {}, asdict(config))
+    refused, allowed = checkpoint_differences(
+        state["config"] if isinstance(state["config"], dict) else {}, asdict(config)
+    )
     if refused:
-        raise UsageError(f"cannot resume from {args.checkpoint!r}: it was written by another run ({'; '.join(refused)})")
+        raise UsageError(
+            f"cannot resume from {args.checkpoint!r}: it was written by another run ({'; '.join(refused)})"
+        )
     done = int(state["epoch"])
+    if done > config.epochs:
+        raise UsageError(
+            f"cannot resume from {args.checkpoint!r}: it completed {done} epochs, more than --epochs {config.epochs}"
+        )
     notes = f" ({'; '.join(allowed)})" if allowed else ""
     return f"resuming from {args.checkpoint}: {done} of {config.epochs} epochs done{notes}"
 
 
 def _run(args: argparse.Namespace) -> int:
-    return run_command("train", _train, args, codes={MissingExtraError: EXIT_CODES["missing_extra"]})
+    return run_command(
+        "train", _train, args, codes={MissingExtraError: EXIT_CODES["missing_extra"]}
+    )
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -321,6 +381,9 @@ def _train(args: argparse.Namespace) -> int:
     check_device(args.device)
     json_path = check_output_path(args.json, "--json")
     check_output_path(args.checkpoint, "--checkpoint")
+    check_distinct_outputs(
+        {"--json": args.json, "--checkpoint": args.checkpoint}, {"--data": _data_folder(args.data)}
+    )
     _check_model_name(args.model)
     if args.group is not None:
         try:
@@ -336,11 +399,19 @@ def _train(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     # ---- the data (decoded lazily, only what --limit asks for), then the model's cost from shapes
     data = load_training_data(
-        args.data, limit=args.limit, seed=args.seed, canvas=data_canvas(args.data, [args.model]),
-        normalize=args.normalize, **data_options(args),
+        args.data,
+        limit=args.limit,
+        seed=args.seed,
+        canvas=data_canvas(args.data, [args.model]),
+        normalize=args.normalize,
+        **data_options(args),
     )
     model_args.update(data_model_kwargs(args.model, data, model_args))
-    group = parse_group_name(args.group, data.input_shape, module="--group") if args.group is not None else None
+    group = (
+        parse_group_name(args.group, data.input_shape, module="--group")
+        if args.group is not None
+        else None
+    )
     if group is not None:
         _check_group_acts(group, data.input_shape)
     context = setup_distributed(args.device)
@@ -348,19 +419,35 @@ def _train(args: argparse.Namespace) -> int:
         local_batch = max(1, args.batch_size // context.world_size)
         try:
             estimate = estimate_model_memory(
-                lambda: build_model(args.model, args.baseline, args.seed, args.group, **model_args).model,
-                (local_batch, *data.input_shape), training=True, budget=args.max_memory,
+                lambda: (
+                    build_model(
+                        args.model, args.baseline, args.seed, args.group, **model_args
+                    ).model
+                ),
+                (local_batch, *data.input_shape),
+                training=True,
+                budget=args.max_memory,
                 what=f"--model {args.model} with batch {local_batch}",
             )
         except BudgetError:
             raise
         except Exception as error:
-            raise UsageError(f"--model {args.model} cannot be built with {model_args}: {type(error).__name__}: {error}") from None
+            raise UsageError(
+                f"--model {args.model} cannot be built with {model_args}: {type(error).__name__}: {error}"
+            ) from None
         config = TrainConfig(
-            epochs=args.epochs, batch_size=args.batch_size, lr=_learning_rate(args), seed=args.seed,
-            device=args.device, checkpoint=args.checkpoint, resume=args.resume,
-            progress=not args.no_progress, augment=args.augment, crop_padding=args.crop_padding,
-            flip=not args.no_flip, identity=_identity(args, model_args),
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            lr=_learning_rate(args),
+            seed=args.seed,
+            device=args.device,
+            checkpoint=args.checkpoint,
+            resume=args.resume,
+            progress=not args.no_progress,
+            augment=args.augment,
+            crop_padding=args.crop_padding,
+            flip=not args.no_flip,
+            identity=_identity(args, model_args),
         )
         resume_note = _plan_resume(args, config) if args.checkpoint else ""
         built = build_model(args.model, args.baseline, args.seed, args.group, **model_args)
@@ -375,7 +462,9 @@ def _train(args: argparse.Namespace) -> int:
                 flush=True,
             )
             if any(data.skipped.values()):
-                skipped = ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in data.skipped.items() if n)
+                skipped = ", ".join(
+                    f"{n} {why.replace('_', ' ')}" for why, n in data.skipped.items() if n
+                )
                 print(f"data: skipped {skipped}", flush=True)
             if resume_note:
                 print(resume_note, flush=True)
@@ -384,13 +473,25 @@ def _train(args: argparse.Namespace) -> int:
             return 0
         model = result.model
         evaluation = evaluate(
-            model, data.test_images, data.test_labels, max_shift=args.max_shift, seed=args.seed,
-            robustness=True, crop_shift=args.crop_shift, fill=data.fill_value,
+            model,
+            data.test_images,
+            data.test_labels,
+            max_shift=args.max_shift,
+            seed=args.seed,
+            robustness=True,
+            crop_shift=args.crop_shift,
+            fill=data.fill_value,
         )
         check = check_classifier(model, data.test_images[:4], group) if group is not None else None
         print(
             _format_summary(
-                built.label, data, len(result.history), result.seconds, evaluation, check, args.max_shift,
+                built.label,
+                data,
+                len(result.history),
+                result.seconds,
+                evaluation,
+                check,
+                args.max_shift,
                 result.history,
             )
         )
@@ -413,23 +514,32 @@ def _train(args: argparse.Namespace) -> int:
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--data`` and ``--normalize`` (shared by ``groupattn train`` and ``groupattn demo``)."""
     parser.add_argument(
-        "--data", default="digits",
+        "--data",
+        default="digits",
         help=f"{', '.join(DATA_SOURCES)}, or a folder: CIFAR-10's python batches or one sub-folder per class",
     )
     parser.add_argument(
-        "--normalize", action="store_true", help="normalise each channel with the training split's mean and std"
+        "--normalize",
+        action="store_true",
+        help="normalise each channel with the training split's mean and std",
     )
     parser.add_argument(
-        "--max-image-pixels", type=int, default=MAX_IMAGE_PIXELS, metavar="N",
+        "--max-image-pixels",
+        type=int,
+        default=MAX_IMAGE_PIXELS,
+        metavar="N",
         help=f"image folders: refuse an image over N pixels from its header, before decoding "
         f"(decompression bombs; default {MAX_IMAGE_PIXELS:,})",
     )
     parser.add_argument(
-        "--follow-symlinks", action="store_true",
+        "--follow-symlinks",
+        action="store_true",
         help="image folders: follow links that lead outside the folder (default: skip and count them)",
     )
     parser.add_argument(
-        "--on-corrupt", choices=["error", "skip"], default="error",
+        "--on-corrupt",
+        choices=["error", "skip"],
+        default="error",
         help="image folders: refuse a corrupt image (default) or skip it and count it",
     )
 
@@ -439,8 +549,10 @@ def data_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.max_image_pixels < 1:
         raise UsageError(f"expected --max-image-pixels >= 1, got {args.max_image_pixels}")
     return {
-        "max_image_pixels": args.max_image_pixels, "follow_symlinks": args.follow_symlinks,
+        "max_image_pixels": args.max_image_pixels,
+        "follow_symlinks": args.follow_symlinks,
         "on_corrupt": args.on_corrupt,
+        "max_bytes": args.max_memory,
     }
 
 
@@ -456,53 +568,85 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "--model", required=True,
+        "--model",
+        required=True,
         help="registry name (see groupattn.models.list_models) or MODULE:FACTORY — a function in an importable "
         "module; importing and calling it runs that Python code, as `python -m` would",
     )
-    p.add_argument("--baseline", action="store_true", help="train the registry model's non-equivariant baseline")
-    p.add_argument("--model-arg", action="append", metavar="KEY=VALUE", help="keyword argument for the model (repeatable)")
     p.add_argument(
-        "--group", default=None,
+        "--baseline",
+        action="store_true",
+        help="train the registry model's non-equivariant baseline",
+    )
+    p.add_argument(
+        "--model-arg",
+        action="append",
+        metavar="KEY=VALUE",
+        help="keyword argument for the model (repeatable)",
+    )
+    p.add_argument(
+        "--group",
+        default=None,
         help=f"group for the final check (default: the registry model's group): {describe_group_names()}",
     )
     add_data_arguments(p)
     p.add_argument(
-        "--augment", action="store_true",
+        "--augment",
+        action="store_true",
         help="random crops (padding --crop-padding) and horizontal flips of the training images, seeded",
     )
-    p.add_argument("--crop-padding", type=int, default=4, help="padding of the --augment crops (default 4)")
-    p.add_argument("--no-flip", action="store_true", help="no horizontal flips in --augment (e.g. for digits)")
     p.add_argument(
-        "--limit", type=int, default=None,
+        "--crop-padding", type=int, default=4, help="padding of the --augment crops (default 4)"
+    )
+    p.add_argument(
+        "--no-flip", action="store_true", help="no horizontal flips in --augment (e.g. for digits)"
+    )
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=None,
         help="use only this many training images, and a third as many test images (at least 1), for quick runs",
     )
     p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--batch-size", type=int, default=32, help="global batch size (split across processes)")
     p.add_argument(
-        "--lr", type=float, default=None,
+        "--batch-size", type=int, default=32, help="global batch size (split across processes)"
+    )
+    p.add_argument(
+        "--lr",
+        type=float,
+        default=None,
         help="peak learning rate (AdamW, cosine schedule); default: the registry model's, else 5e-3",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_value, default=0, help="the run's seed, in [0, 2**63)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument(
-        "--checkpoint", default=None,
+        "--checkpoint",
+        default=None,
         help="checkpoint file written (whole or not at all) after every epoch; holds tensors and plain values only",
     )
     p.add_argument(
-        "--resume", action="store_true",
+        "--resume",
+        action="store_true",
         help="continue from --checkpoint if it exists (else start fresh, and say so); the file is loaded with "
         "weights_only=True, so it cannot run code, and one written by a run with another model, data or "
         "optimiser settings is refused",
     )
-    p.add_argument("--max-shift", type=int, default=8, help="largest random circular shift of the consistency metrics")
     p.add_argument(
-        "--crop-shift", type=int, default=4,
+        "--max-shift",
+        type=int,
+        default=8,
+        help="largest random circular shift of the consistency metrics",
+    )
+    p.add_argument(
+        "--crop-shift",
+        type=int,
+        default=4,
         help="padding of the non-circular shifts (random crops) of the crop-shift metrics (default 4)",
     )
     p.add_argument("--json", default=None, help="write the summary as JSON to this file")
     p.add_argument(
-        "--no-progress", action="store_true",
+        "--no-progress",
+        action="store_true",
         help="no progress report (default: a bar on a terminal, one line per epoch otherwise)",
     )
     add_common_arguments(p)

@@ -266,6 +266,7 @@ class _FolderScan:
     skipped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SKIP_REASONS, 0))
     size: tuple[int, int] | None = None
     first: Path | None = None
+    max_bytes: int | None = None
 
     def allows(self, entry: Path) -> bool:
         """Whether ``entry`` may be read: it resolves inside the root, or links may leave it."""
@@ -335,7 +336,9 @@ def _read_with_pillow(path: Path, scan: _FolderScan) -> torch.Tensor:
         # (DecompressionBombError) becomes a DataError too.
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         try:
-            image = Image.open(path)  # lazy: reads the header only
+            # lazy: reads the header only; only the decoders of the suffixes accepted, so a
+            # PostScript file named .png never reaches Pillow's EPS plugin (which runs Ghostscript)
+            image = Image.open(path, formats=_PILLOW_FORMATS)
         except Image.DecompressionBombError as error:
             raise DataError(
                 f"load_image_folder: expected images of at most {scan.max_pixels:,} pixels "
@@ -377,6 +380,10 @@ def _read_with_matplotlib(path: Path, scan: _FolderScan) -> torch.Tensor:
     if image.dim() == 3:
         image = image[..., :3].mean(dim=-1)
     return image.unsqueeze(0)
+
+
+#: The Pillow decoders ``load_image_folder`` may use (those of ``IMAGE_SUFFIXES``).
+_PILLOW_FORMATS = ("PNG", "JPEG", "BMP", "GIF", "TIFF", "WEBP", "PPM")
 
 
 def _read_image(path: Path, scan: _FolderScan) -> torch.Tensor:
@@ -459,9 +466,22 @@ def _decode(
 ) -> dict[int, torch.Tensor]:
     """Decode the files at ``indices`` only, in file order (the first one sets the image size)."""
     decoded: dict[int, torch.Tensor] = {}
-    for index in sorted(set(indices)):
+    wanted = sorted(set(indices))
+    for index in wanted:
         try:
             decoded[index] = _read_image(files[index][0], scan)
+            if (
+                len(decoded) == 1 and scan.max_bytes is not None
+            ):  # the first image sets the size of all
+                needed = (
+                    2 * len(wanted) * decoded[index].numel() * decoded[index].element_size()
+                )  # decoded + stacked
+                if needed > scan.max_bytes:
+                    raise DataError(
+                        f"load_image_folder: expected the {len(wanted):,} images of {scan.root} to fit the memory "
+                        f"budget of {scan.max_bytes:,} bytes (--max-memory), got about {needed:,} bytes for images "
+                        f"of {tuple(decoded[index].shape)}; pass --limit or a larger --max-memory"
+                    )
         except _CorruptImageError:
             if scan.on_corrupt == "error":
                 raise
@@ -493,6 +513,7 @@ def load_image_folder(
     max_image_pixels: int = MAX_IMAGE_PIXELS,
     follow_symlinks: bool = False,
     on_corrupt: OnCorrupt = "error",
+    max_bytes: int | None = None,
 ) -> TrainingData:
     """Load an ImageFolder-style directory of grayscale images, treating it as untrusted input.
 
@@ -528,6 +549,11 @@ def load_image_folder(
         ``"error"`` (default): a file that cannot be decoded raises ``DataError`` naming it;
         ``"skip"``: it is skipped and counted (``"corrupt"``). Skipped files are not
         replaced, so the split stays the one decided from the file list.
+    max_bytes
+        A memory budget for the decoded images: once the first image is decoded (it
+        sets the size of all), the selected images are refused with ``DataError`` if
+        they would need more (``None``: no budget). ``groupattn train`` passes
+        ``--max-memory``.
 
     Returns
     -------
@@ -563,7 +589,9 @@ def load_image_folder(
         raise DataError(
             f"load_image_folder: expected on_corrupt 'error' or 'skip', got {on_corrupt!r}"
         )
-    scan = _FolderScan(root.resolve(), max_image_pixels, bool(follow_symlinks), on_corrupt)
+    scan = _FolderScan(
+        root.resolve(), max_image_pixels, bool(follow_symlinks), on_corrupt, max_bytes=max_bytes
+    )
     test_limit = None if limit is None else max(1, limit // 3)
     if (root / "train").is_dir() and (root / "test").is_dir():
         train_files, names = _list_files(root / "train", None, scan)
@@ -653,6 +681,7 @@ def load_training_data(
     max_image_pixels: int = MAX_IMAGE_PIXELS,
     follow_symlinks: bool = False,
     on_corrupt: OnCorrupt = "error",
+    max_bytes: int | None = None,
 ) -> TrainingData:
     """Resolve the ``--data`` argument: a named source, a folder, or ready [`TrainingData`][groupattn.training.TrainingData].
 
@@ -679,9 +708,10 @@ def load_training_data(
     normalize
         Normalise every channel with the training split's mean and standard deviation
         ([`TrainingData.normalized`][groupattn.training.TrainingData.normalized]).
-    max_image_pixels, follow_symlinks, on_corrupt
+    max_image_pixels, follow_symlinks, on_corrupt, max_bytes
         For an image folder only: the pixel budget of one image, whether symlinks leading
-        outside the folder are followed, and whether corrupt images are refused or skipped
+        outside the folder are followed, whether corrupt images are refused or skipped, and
+        the memory budget of the decoded images
         (see [`load_image_folder`][groupattn.training.load_image_folder]; the skip counts are in [`TrainingData.skipped`][groupattn.training.TrainingData]).
 
     Raises
@@ -725,5 +755,6 @@ def load_training_data(
             max_image_pixels=max_image_pixels,
             follow_symlinks=follow_symlinks,
             on_corrupt=on_corrupt,
+            max_bytes=max_bytes,
         )
     return data.normalized() if normalize else data

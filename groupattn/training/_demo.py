@@ -17,15 +17,18 @@ from .._command_line import (
     UsageError,
     add_common_arguments,
     check_device,
+    check_distinct_outputs,
     check_output_path,
     json_text,
     run_command,
+    seed_value,
 )
 from .._resources import estimate_model_memory
 from ..data import MissingExtraError
 from ..groups import group_from_name
 from ._command import (
     EXIT_CODES,
+    _data_folder,
     add_data_arguments,
     build_model,
     data_canvas,
@@ -408,6 +411,9 @@ def _demo(args: argparse.Namespace) -> int:
     check_device(args.device)
     json_path = check_output_path(args.json, "--json")
     plot_path = check_output_path(args.plot, "--plot")
+    check_distinct_outputs(
+        {"--json": args.json, "--plot": args.plot}, {"--data": _data_folder(args.data)}
+    )
     if plot_path is not None and plot_path.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise UsageError(f"expected --plot to end in .png, .svg or .pdf, got {args.plot!r}")
     try:
@@ -501,7 +507,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="also measure rotations by any angle, circular shifts and random crops, two per image",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_value, default=0, help="the run's seed, in [0, 2**63)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--json", default=None, help="write the table and curves as JSON")
     p.add_argument("--plot", default=None, help="write accuracy against shift and rotation as PNG")

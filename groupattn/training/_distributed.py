@@ -50,7 +50,9 @@ def _resolve_device(device: str | torch.device, local_rank: int) -> torch.device
     dev = torch.device(device)
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError("setup_distributed: expected a CUDA device for --device cuda, found none")
+            raise ValueError(
+                "setup_distributed: expected a CUDA device for --device cuda, found none"
+            )
         if dev.index is None:
             dev = torch.device("cuda", local_rank % torch.cuda.device_count())
     elif dev.type != "cpu":

@@ -78,8 +78,13 @@ def check_classifier(
     model.eval()
     try:
         report = verify(
-            model, images.to(device), group, elements,
-            input_type=GridField(), output_type=InvariantField(), dtype=dtype,
+            model,
+            images.to(device),
+            group,
+            elements,
+            input_type=GridField(),
+            output_type=InvariantField(),
+            dtype=dtype,
         )
     finally:
         model.train(was_training)

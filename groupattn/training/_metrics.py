@@ -33,7 +33,9 @@ def _logits(output: Any) -> torch.Tensor:
         return output.output
     if isinstance(output, tuple | list) and output and isinstance(output[0], torch.Tensor):
         return output[0]
-    raise TypeError(f"predict: expected the model to return logits (B, classes), got {type(output).__name__}")
+    raise TypeError(
+        f"predict: expected the model to return logits (B, classes), got {type(output).__name__}"
+    )
 
 
 def predict(model: nn.Module, images: torch.Tensor, batch_size: int = 256) -> torch.Tensor:
@@ -53,7 +55,9 @@ def predict(model: nn.Module, images: torch.Tensor, batch_size: int = 256) -> to
     return torch.cat(out) if out else torch.empty(0, dtype=torch.long)
 
 
-def accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 256) -> float:
+def accuracy(
+    model: nn.Module, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 256
+) -> float:
     """Fraction of ``images`` classified as ``labels``."""
     return float((predict(model, images, batch_size) == labels.cpu()).float().mean())
 
@@ -67,7 +71,9 @@ def shift_consistency(
     ([`groupattn.data.random_shifts`][groupattn.data.random_shifts]). A translation-invariant model scores 1.0.
     """
     shifted, _ = random_shifts(images, max_shift, seed)
-    return float((predict(model, images, batch_size) == predict(model, shifted, batch_size)).float().mean())
+    return float(
+        (predict(model, images, batch_size) == predict(model, shifted, batch_size)).float().mean()
+    )
 
 
 def rotation_consistency(model: nn.Module, images: torch.Tensor, batch_size: int = 256) -> float:
@@ -112,7 +118,8 @@ def accuracy_by_rotation(
 ) -> dict[int, float]:
     """Accuracy against rotation angle: ``{0: …, 90: …, 180: …, 270: …}`` (counter-clockwise)."""
     return {
-        90 * k: accuracy(model, rotate_quarter_turns(images, k), labels, batch_size) for k in range(4)
+        90 * k: accuracy(model, rotate_quarter_turns(images, k), labels, batch_size)
+        for k in range(4)
     }
 
 
@@ -214,9 +221,13 @@ def evaluate(
     moving = tuple(d for d in distances if d != 0)
     by_shift = accuracy_by_shift(model, images, labels, moving, batch_size)
     if 0 in distances:  # the unshifted images: the clean predictions already computed
-        by_shift = {d: float((clean == labels).float().mean()) if d == 0 else by_shift[d] for d in distances}
+        by_shift = {
+            d: float((clean == labels).float().mean()) if d == 0 else by_shift[d] for d in distances
+        }
     if images.shape[-1] == images.shape[-2]:
-        turned = [clean] + [predict(model, rotate_quarter_turns(images, k), batch_size) for k in (1, 2, 3)]
+        turned = [clean] + [
+            predict(model, rotate_quarter_turns(images, k), batch_size) for k in (1, 2, 3)
+        ]
         by_rotation = {90 * k: float((p == labels).float().mean()) for k, p in enumerate(turned)}
         rotated = sum(by_rotation.values()) / 4
         same = torch.ones_like(clean, dtype=torch.bool)
@@ -234,9 +245,15 @@ def evaluate(
         )
 
         measured = {
-            "rotation": rotation_robustness(model, images, labels, seed=seed, fill=fill, batch_size=batch_size),
-            "circular_shift": circular_shift_robustness(model, images, labels, max_shift, seed, batch_size),
-            "crop_shift": crop_shift_robustness(model, images, labels, crop_shift, seed, fill, batch_size),
+            "rotation": rotation_robustness(
+                model, images, labels, seed=seed, fill=fill, batch_size=batch_size
+            ),
+            "circular_shift": circular_shift_robustness(
+                model, images, labels, max_shift, seed, batch_size
+            ),
+            "crop_shift": crop_shift_robustness(
+                model, images, labels, crop_shift, seed, fill, batch_size
+            ),
         }
     return Evaluation(
         accuracy=float((clean == labels).float().mean()),

@@ -68,12 +68,18 @@ class Robustness:
 
 def _check(where: str, images: torch.Tensor, labels: torch.Tensor) -> None:
     if images.dim() != 4:
-        raise ValueError(f"{where}: expected images of shape (N, C, H, W), got {tuple(images.shape)}")
+        raise ValueError(
+            f"{where}: expected images of shape (N, C, H, W), got {tuple(images.shape)}"
+        )
     if labels.shape != (images.shape[0],):
-        raise ValueError(f"{where}: expected labels of shape ({images.shape[0]},), got {tuple(labels.shape)}")
+        raise ValueError(
+            f"{where}: expected labels of shape ({images.shape[0]},), got {tuple(labels.shape)}"
+        )
 
 
-def _predict_transformed(model: nn.Module, images: torch.Tensor, transform: _Transform, batch_size: int) -> torch.Tensor:
+def _predict_transformed(
+    model: nn.Module, images: torch.Tensor, transform: _Transform, batch_size: int
+) -> torch.Tensor:
     """Top-1 classes ``(N,)`` of the transformed images, transformed one batch at a time."""
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     was_training = model.training
@@ -105,7 +111,11 @@ def _pairs(
     b = _predict_transformed(model, images, second, batch_size)
     labels = labels.cpu()
     n = images.shape[0]
-    accuracy = float(((a == labels).double().sum() + (b == labels).double().sum()) / (2 * n)) if n else float("nan")
+    accuracy = (
+        float(((a == labels).double().sum() + (b == labels).double().sum()) / (2 * n))
+        if n
+        else float("nan")
+    )
     consistency = float((a == b).double().mean()) if n else float("nan")
     return Robustness(transform_name, accuracy, consistency, n, seed, settings)
 
@@ -157,7 +167,12 @@ def rotation_robustness(
     def turn(k: int) -> _Transform:
         return lambda batch, part: rotate(batch, angles[k, part], mask=mask, fill=fill)
 
-    settings = {"angles": "uniform in [0, 2π)", "interpolation": "bilinear", "mask": mask, "fill": _fill_setting(fill)}
+    settings = {
+        "angles": "uniform in [0, 2π)",
+        "interpolation": "bilinear",
+        "mask": mask,
+        "fill": _fill_setting(fill),
+    }
     return _pairs("rotation", model, images, labels, turn(0), turn(1), seed, settings, batch_size)
 
 
@@ -190,19 +205,27 @@ def circular_shift_robustness(
     """
     _check("circular_shift_robustness", images, labels)
     if max_shift is not None and max_shift < 0:
-        raise ValueError(f"circular_shift_robustness: expected max_shift >= 0 or None, got {max_shift}")
+        raise ValueError(
+            f"circular_shift_robustness: expected max_shift >= 0 or None, got {max_shift}"
+        )
     n, _, h, w = images.shape
     gen = torch.Generator().manual_seed(seed)
     if max_shift is None:
         offsets = torch.stack(
-            [torch.randint(0, h, (2, n), generator=gen), torch.randint(0, w, (2, n), generator=gen)], dim=-1
+            [
+                torch.randint(0, h, (2, n), generator=gen),
+                torch.randint(0, w, (2, n), generator=gen),
+            ],
+            dim=-1,
         )
     else:
         offsets = torch.randint(-max_shift, max_shift + 1, (2, n, 2), generator=gen)
 
     def roll(k: int) -> _Transform:
         def apply(batch: torch.Tensor, part: slice) -> torch.Tensor:
-            shift = offsets[k, part].to(batch.device)  # per image, torch.roll(img, (dy, dx), dims=(-2, -1))
+            shift = offsets[k, part].to(
+                batch.device
+            )  # per image, torch.roll(img, (dy, dx), dims=(-2, -1))
             rows = (torch.arange(h, device=batch.device)[None, :] - shift[:, :1]) % h
             cols = (torch.arange(w, device=batch.device)[None, :] - shift[:, 1:]) % w
             index = torch.arange(batch.shape[0], device=batch.device)[:, None, None]
@@ -210,8 +233,13 @@ def circular_shift_robustness(
 
         return apply
 
-    settings = {"max_shift": max_shift, "offsets": "uniform over the torus" if max_shift is None else "uniform"}
-    return _pairs("circular_shift", model, images, labels, roll(0), roll(1), seed, settings, batch_size)
+    settings = {
+        "max_shift": max_shift,
+        "offsets": "uniform over the torus" if max_shift is None else "uniform",
+    }
+    return _pairs(
+        "circular_shift", model, images, labels, roll(0), roll(1), seed, settings, batch_size
+    )
 
 
 def crop_shift_robustness(
@@ -280,6 +308,8 @@ def accuracy_by_angle(
         return lambda batch, part: rotate(batch, theta, mask=mask, fill=fill)
 
     for angle in degrees:
-        predicted = _predict_transformed(model, images, turn(math.radians(float(angle))), batch_size)
+        predicted = _predict_transformed(
+            model, images, turn(math.radians(float(angle))), batch_size
+        )
         out[angle] = float((predicted == labels).double().mean())
     return out

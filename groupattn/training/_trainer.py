@@ -105,9 +105,13 @@ class TrainConfig:
                 f"batch_size={self.batch_size}, lr={self.lr}"
             )
         if self.optimizer not in ("adamw", "sgd"):
-            raise ValueError(f"TrainConfig: expected optimizer 'adamw' or 'sgd', got {self.optimizer!r}")
+            raise ValueError(
+                f"TrainConfig: expected optimizer 'adamw' or 'sgd', got {self.optimizer!r}"
+            )
         if self.schedule not in ("cosine", "constant"):
-            raise ValueError(f"TrainConfig: expected schedule 'cosine' or 'constant', got {self.schedule!r}")
+            raise ValueError(
+                f"TrainConfig: expected schedule 'cosine' or 'constant', got {self.schedule!r}"
+            )
         if self.crop_padding < 0:
             raise ValueError(f"TrainConfig: expected crop_padding >= 0, got {self.crop_padding}")
 
@@ -144,7 +148,9 @@ def _optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
 
 
-def _schedule(optimizer: torch.optim.Optimizer, config: TrainConfig, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+def _schedule(
+    optimizer: torch.optim.Optimizer, config: TrainConfig, total_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
     def factor(step: int) -> float:
         if config.schedule == "constant" or total_steps <= 0:
             return 1.0
@@ -163,7 +169,10 @@ def _augmentation(config: TrainConfig, epoch: int, n: int) -> tuple[torch.Tensor
 
 
 def _augment(
-    x: torch.Tensor, index: torch.Tensor, draws: tuple[torch.Tensor, torch.Tensor], config: TrainConfig,
+    x: torch.Tensor,
+    index: torch.Tensor,
+    draws: tuple[torch.Tensor, torch.Tensor],
+    config: TrainConfig,
     fill: tuple[float, ...],
 ) -> torch.Tensor:
     offsets, flips = draws
@@ -183,9 +192,31 @@ def _progress(total: int, description: str, enabled: bool) -> Any:
     return tqdm(total=total, desc=description, file=sys.stderr, leave=False, dynamic_ncols=True)
 
 
+def _check_optimizer_state(saved: dict[str, Any], model: nn.Module) -> None:
+    """Every per-parameter state tensor (AdamW's moments) has its parameter's shape."""
+    params = list(model.parameters())
+    for key, entry in dict(saved.get("state", {})).items():
+        if not isinstance(key, int) or not 0 <= key < len(params) or not isinstance(entry, dict):
+            raise ValueError(f"optimizer state for parameter {key!r} of {len(params)}")
+        for name, value in entry.items():
+            if (
+                isinstance(value, torch.Tensor)
+                and value.dim() > 0
+                and value.shape != params[key].shape
+            ):
+                raise ValueError(
+                    f"optimizer state {name!r} of parameter {key} has shape {tuple(value.shape)}, "
+                    f"the parameter {tuple(params[key].shape)}"
+                )
+
+
 def _resume(
-    checkpoint: Path, config: TrainConfig, model: nn.Module, optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LambdaLR, device: torch.device,
+    checkpoint: Path,
+    config: TrainConfig,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LambdaLR,
+    device: torch.device,
 ) -> dict[str, Any]:
     """Load ``checkpoint`` into the model, optimizer and schedule; refuse one from another run."""
     state = load_checkpoint(checkpoint, map_location=device)
@@ -196,14 +227,19 @@ def _resume(
         raise CheckpointError(f"{where}: it was written by another run ({'; '.join(refused)})")
     try:
         model.load_state_dict(state["model"])
+        _check_optimizer_state(state["optimizer"], model)
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
     except (RuntimeError, ValueError, KeyError) as error:
         first = " ".join(str(error).split())[:200]
-        raise CheckpointError(f"{where}: its model or optimizer does not fit this model ({first})") from None
+        raise CheckpointError(
+            f"{where}: its model or optimizer does not fit this model ({first})"
+        ) from None
     epoch = int(state["epoch"])
     if not 0 <= epoch <= config.epochs:
-        raise CheckpointError(f"{where}: expected 0 to {config.epochs} completed epochs, got {epoch}")
+        raise CheckpointError(
+            f"{where}: expected 0 to {config.epochs} completed epochs, got {epoch}"
+        )
     return state
 
 
@@ -262,7 +298,9 @@ def train(
     local_batch = config.batch_size // world
     n = data.train_images.shape[0]
     if n < world:
-        raise ValueError(f"train: expected at least {world} training samples (one per process), got {n}")
+        raise ValueError(
+            f"train: expected at least {world} training samples (one per process), got {n}"
+        )
     per_rank = n // world
     steps_per_epoch = math.ceil(per_rank / local_batch)
 
@@ -302,8 +340,14 @@ def train(
         sampler.set_epoch(epoch)
         order = torch.tensor(list(sampler), dtype=torch.long)
         draws = _augmentation(config, epoch, n) if config.augment else None
-        bar = _progress(steps_per_epoch, f"epoch {epoch + 1}/{config.epochs}", config.progress and context.is_main)
-        totals = torch.zeros(3, dtype=torch.float64, device=context.device)  # loss sum, correct, count
+        bar = _progress(
+            steps_per_epoch,
+            f"epoch {epoch + 1}/{config.epochs}",
+            config.progress and context.is_main,
+        )
+        totals = torch.zeros(
+            3, dtype=torch.float64, device=context.device
+        )  # loss sum, correct, count
         for start in range(0, order.numel(), local_batch):
             index = order[start : start + local_batch]
             x = images[index].to(context.device)
@@ -318,8 +362,11 @@ def train(
             scheduler.step()
             with torch.no_grad():
                 totals += torch.stack(
-                    [loss.detach().double() * y.numel(), (logits.argmax(-1) == y).sum().double(),
-                     torch.tensor(float(y.numel()), dtype=torch.float64, device=context.device)]
+                    [
+                        loss.detach().double() * y.numel(),
+                        (logits.argmax(-1) == y).sum().double(),
+                        torch.tensor(float(y.numel()), dtype=torch.float64, device=context.device),
+                    ]
                 )
             if bar is not None:
                 bar.update(1)
