@@ -430,6 +430,7 @@ TAMPERED = {
     "history tensor": lambda s: s.__setitem__("history", [{"epoch": 1.0, "loss": torch.zeros(2)}]),
     "config tensor": lambda s: s["config"].__setitem__("seed", torch.zeros(1).expand(3 * 10**9)),
     "config dag": lambda s: s["config"]["identity"].__setitem__("limit", _dag(70)),
+    "config shallow dag": lambda s: s["config"]["identity"].__setitem__("limit", _dag(25)),
     "config nested": lambda s: s["config"]["identity"].__setitem__("limit", _nested(200)),
 }
 
@@ -448,6 +449,8 @@ def test_tampered_checkpoints_are_refused_before_any_work(
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and "bad.pt" in lines[0], lines
     assert "epoch 2/" not in captured.err and "resuming from" not in captured.out
+    if name == "config shallow dag":
+        assert "referenced twice" in lines[0], lines
     assert time.perf_counter() - started < 10 and _resident_mb() - before < 300
 
 
@@ -463,6 +466,29 @@ def test_optimizer_state_of_the_wrong_shape_is_refused_before_training(
     captured = capsys.readouterr()
     assert code == 2 and "does not fit this model" in captured.err, captured.err
     assert "epoch 2/" not in captured.err
+
+
+def test_the_library_refuses_another_runs_checkpoint_too(tmp_path: Path) -> None:
+    from groupattn.models import create
+    from groupattn.training import load_training_data, train
+
+    data = load_training_data("digits", limit=16)
+    config = TrainConfig(
+        epochs=1, batch_size=8, lr=1e-3, checkpoint=str(tmp_path / "run.pt"), progress=False
+    )
+    train(create("vit"), data, config)
+    other = TrainConfig(
+        epochs=2,
+        batch_size=8,
+        lr=1e-2,
+        checkpoint=str(tmp_path / "run.pt"),
+        resume=True,
+        progress=False,
+    )
+    with pytest.raises(
+        CheckpointError, match=r"written by another run \(lr: checkpoint 0\.001, now 0\.01\)"
+    ):
+        train(create("vit"), data, other)
 
 
 def test_text_and_zip_bomb_checkpoints_are_named_errors(tmp_path: Path) -> None:

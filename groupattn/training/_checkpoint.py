@@ -212,8 +212,10 @@ def _check_values(state: Any, where: str) -> None:
     """
     seen: set[int] = set()
     stack: list[tuple[Any, int]] = [(state, 0)]
+    visits = 0
     while stack:
         value, depth = stack.pop()
+        visits += 1
         if isinstance(value, torch.Tensor):
             if (
                 not value.is_contiguous()
@@ -234,7 +236,7 @@ def _check_values(state: Any, where: str) -> None:
                 f"{where}: refused: a container is referenced twice (shared or cyclic values)"
             )
         seen.add(id(value))
-        if depth > _MAX_DEPTH or len(seen) > _MAX_CONTAINERS:
+        if depth > _MAX_DEPTH or visits > _MAX_CONTAINERS:
             raise CheckpointError(
                 f"{where}: refused: values nested deeper than {_MAX_DEPTH} or too many containers"
             )
