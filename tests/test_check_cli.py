@@ -343,22 +343,27 @@ def test_a_model_rejecting_the_input_shape_is_a_usage_error(
     )
 
 
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root may write anywhere")
 def test_unwritable_json_folder_is_a_usage_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import groupattn._atomic as atomic
+
     locked = tmp_path / "locked"
     locked.mkdir()
-    locked.chmod(0o500)
-    try:
-        BUILT.clear()
-        code = _check(
-            "test_check_cli:exploding_factory", *SHAPE, "--json", str(locked / "cert.json")
-        )
-        assert code == EXIT_CODES["usage_error"] and BUILT == []
-        assert "is not writable" in capsys.readouterr().err
-    finally:
-        locked.chmod(0o700)
+    real_create = atomic._create_temporary
+
+    def refuse_in_locked(folder: Path, name: str) -> tuple[int, Path | None]:
+        # what a read-only folder does for any user but root (root may write anywhere)
+        if Path(folder) == locked:
+            raise PermissionError(13, "Permission denied")
+        return real_create(folder, name)
+
+    monkeypatch.setattr(atomic, "_create_temporary", refuse_in_locked)
+    BUILT.clear()
+    code = _check("test_check_cli:exploding_factory", *SHAPE, "--json", str(locked / "cert.json"))
+    assert code == EXIT_CODES["usage_error"] and BUILT == []
+    err = capsys.readouterr().err
+    assert "cannot create a file in the folder" in err and err.count("\n") == 1
 
 
 def test_an_expensive_numerical_check_is_refused_with_a_clear_message(
