@@ -323,3 +323,24 @@ def test_spatial_errors_are_clear() -> None:
         GridField(bad).act(C4, 1, torch.zeros(1, 2, 4, 4))
     with pytest.raises(GroupError, match="RegularRepresentation: expected a finite group"):
         RegularRepresentation(GridTranslations())  # type: ignore[arg-type]
+
+
+def test_check_acts_on_grid_accepts_exact_groups_and_refuses_the_rest() -> None:
+    from groupattn.actions import check_acts_on_grid
+    from groupattn.groups import CyclicGroup, DihedralGroup, GroupError, TorusTranslations, p4m
+
+    for group in (
+        CyclicGroup(4),
+        DihedralGroup(4),
+        CyclicGroup(2),
+        TorusTranslations(8, 8),
+        p4m(8),
+    ):
+        check_acts_on_grid(group, (3, 8, 8))
+    for group, shape in (
+        (CyclicGroup(8), (1, 8, 8)),
+        (CyclicGroup(5), (1, 8, 8)),
+        (CyclicGroup(4), (1, 8, 6)),
+    ):
+        with pytest.raises(GroupError, match="--group"):
+            check_acts_on_grid(group, shape, module="--group")

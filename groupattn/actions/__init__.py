@@ -37,6 +37,7 @@ from ._rotate import gaussian_mixture_image, rotate_image, rotate_lifted
 from ._spatial import (
     SpatialElement,
     act_on_coordinates,
+    check_acts_on_grid,
     check_grid_size,
     embed_point_element,
     point_group_of,
@@ -64,6 +65,7 @@ __all__ = [
     "TokenField",
     "TrivialRepresentation",
     "act_on_coordinates",
+    "check_acts_on_grid",
     "check_grid",
     "check_grid_size",
     "clear_intertwiner_cache",

@@ -143,6 +143,34 @@ def check_grid_size(group: Group, height: int, width: int, module: str = "groupa
         )
 
 
+def check_acts_on_grid(
+    group: Group, input_shape: tuple[int, ...], module: str = "groupattn"
+) -> None:
+    """Raise unless ``group`` moves images of ``input_shape`` exactly (a pure permutation).
+
+    Applies every generator to a ``meta`` tensor of that shape (no memory): a point group
+    that does not act exactly on pixels (C5, C8, …), a quarter turn of a non-square grid,
+    or a group without a spatial action is refused before any work.
+
+    Parameters
+    ----------
+    group
+        The acting group.
+    input_shape
+        ``(..., H, W)``, e.g. ``(C, H, W)`` of one image.
+    module
+        Named in the message (e.g. ``"--group"``).
+
+    Raises
+    ------
+    GroupError
+        Naming ``module``, what the group would need and what it got.
+    """
+    probe = torch.empty(tuple(input_shape), device="meta")
+    for g in group.generators():
+        transform_grid(probe, spatial_element(group, g), module=module)
+
+
 def transform_grid(
     x: torch.Tensor, element: SpatialElement, module: str = "groupattn"
 ) -> torch.Tensor:

@@ -32,7 +32,7 @@ from .._command_line import (
     seed_value,
 )
 from .._resources import BudgetError, estimate_model_memory
-from ..actions import FieldType, GridField, spatial_element, transform_grid
+from ..actions import FieldType, GridField, check_acts_on_grid
 from ..groups import Group, GroupError, describe_group_names, parse_group_name
 from ._certificate import EXIT_CODES
 
@@ -295,8 +295,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
             if isinstance(
                 default_input_type(meta, group), GridField
             ):  # the group must move pixels exactly
-                for g in group.generators():
-                    transform_grid(meta, spatial_element(group, g), module="--group")
+                check_acts_on_grid(group, shape, module="--group")
         else:
             input_type.check(meta, "--input-shape")
     except GroupError as err:

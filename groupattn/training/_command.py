@@ -27,9 +27,9 @@ from .._command_line import (
 )
 from .._errors import ShapeError
 from .._resources import BudgetError, estimate_model_memory, format_bytes
-from ..actions import spatial_element, transform_grid
+from ..actions import check_acts_on_grid
 from ..data import MNIST_SIDE, MissingExtraError
-from ..groups import Group, describe_group_names, parse_group_name
+from ..groups import describe_group_names, parse_group_name
 from ._checkpoint import checkpoint_differences, load_checkpoint
 from ._data import (
     _MNIST_SOURCES,
@@ -326,13 +326,6 @@ def _data_folder(source: str) -> str | None:
     return source if source not in DATA_SOURCES and Path(source).is_dir() else None
 
 
-def _check_group_acts(group: Group, input_shape: tuple[int, ...]) -> None:
-    """Refuse, before training, a group that cannot act on the images (e.g. C8 on a pixel grid)."""
-    probe = torch.empty((1, *input_shape), device="meta")
-    for g in group.generators():
-        transform_grid(probe, spatial_element(group, g), module="--group")
-
-
 def _identity(args: argparse.Namespace, model_args: dict[str, Any]) -> dict[str, Any]:
     """What the run trains beyond [`TrainConfig`][groupattn.training.TrainConfig]: compared when resuming."""
     return {
@@ -413,7 +406,7 @@ def _train(args: argparse.Namespace) -> int:
         else None
     )
     if group is not None:
-        _check_group_acts(group, data.input_shape)
+        check_acts_on_grid(group, data.input_shape, module="--group")
     context = setup_distributed(args.device)
     try:
         local_batch = max(1, args.batch_size // context.world_size)
@@ -453,7 +446,7 @@ def _train(args: argparse.Namespace) -> int:
         built = build_model(args.model, args.baseline, args.seed, args.group, **model_args)
         if group is None and built.group is not None:
             group = parse_group_name(built.group, data.input_shape, module="--group")
-            _check_group_acts(group, data.input_shape)
+            check_acts_on_grid(group, data.input_shape, module="--group")
         # ---- the work
         if context.is_main:
             print(
