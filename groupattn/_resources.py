@@ -105,7 +105,8 @@ def tensor_bytes(shape: Sequence[int], dtype: torch.dtype = torch.float32) -> in
     return math.prod(int(s) for s in shape) * itemsize
 
 
-#: The longest a model may take to build on the ``meta`` device before it is refused.
+#: The most CPU time (of this process: a busy machine does not count against it) a
+#: model may take to build on the ``meta`` device before it is refused.
 MAX_BUILD_SECONDS = 10.0
 
 _FACTORIES = frozenset(
@@ -155,13 +156,14 @@ class _FloatTensorsOnMeta(TorchFunctionMode):
     """
 
     def __init__(
-        self, budget: int | None = None, copies: int = 1, seconds: float = MAX_BUILD_SECONDS
+        self, budget: int | None = None, copies: int = 1, seconds: float | None = None
     ) -> None:
         super().__init__()
         self.budget = budget
         self.copies = copies
         self.allocated = 0
-        self.deadline = time.monotonic() + seconds
+        seconds = MAX_BUILD_SECONDS if seconds is None else seconds
+        self.deadline = time.process_time() + seconds
         self.seconds = seconds
         self.refusal: BudgetError | None = None
 
@@ -175,7 +177,7 @@ class _FloatTensorsOnMeta(TorchFunctionMode):
     ) -> Any:
         kwargs = dict(kwargs or {})
         dtype = kwargs.get("dtype")
-        if self.refusal is not None or time.monotonic() > self.deadline:
+        if self.refusal is not None or time.process_time() > self.deadline:
             raise self._refuse(
                 f"building the model takes over {self.seconds:g} s even without its weights"
             )

@@ -638,3 +638,32 @@ def test_cifar_pickles_with_shared_references_or_container_calls_are_refused(
     with pytest.raises(UnsafePickleError, match="plain values"):
         load_pickle_safely(call_on_dag)
     assert time.perf_counter() - started < 5
+
+
+def _busy_build(cpu_seconds: float) -> torch.nn.Module:
+    """A constructor that spends ``cpu_seconds`` of CPU creating small tensors."""
+    started = time.process_time()
+    while time.process_time() - started < cpu_seconds:
+        torch.zeros(8).add_(1.0)
+    return torch.nn.Linear(2, 2)
+
+
+def _sleepy_build(wall_seconds: float) -> torch.nn.Module:
+    """A constructor that waits ``wall_seconds`` (another process holding the CPU) and
+    then creates its tensors."""
+    time.sleep(wall_seconds)
+    torch.zeros(8)
+    return torch.nn.Linear(2, 2)
+
+
+def test_the_build_deadline_counts_this_process_cpu_time_not_a_busy_machine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import groupattn._resources as resources
+
+    monkeypatch.setattr(resources, "MAX_BUILD_SECONDS", 0.2)
+    with pytest.raises(BudgetError, match=r"takes over 0\.2 s"):
+        estimate_model_memory(lambda: _busy_build(0.6), (1, 2))
+    # waiting (the machine loaded by others) is not building: no refusal
+    estimate = estimate_model_memory(lambda: _sleepy_build(0.5), (1, 2))
+    assert estimate.parameters == 6
