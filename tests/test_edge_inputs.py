@@ -261,6 +261,16 @@ LAYERS: list[tuple[str, Callable[[], nn.Module], Callable[[int], torch.Tensor]]]
         lambda: positional.LiftedAbsolutePositionalEncoding(4, "C4", 4),
         _lifted(4, 4, 4),
     ),
+    (
+        "SinusoidalPositionalEncoding",
+        lambda: positional.SinusoidalPositionalEncoding(8, (4, 4)),
+        _tokens(16, 8),
+    ),
+    (
+        "RotarySelfAttention",
+        lambda: positional.RotarySelfAttention(8, 2, (4, 4), mode="torus"),
+        _tokens(16, 8),
+    ),
 ]
 LAYER_IDS = [name for name, _, _ in LAYERS]
 
@@ -277,6 +287,9 @@ NO_BATCH_AXIS = {
     "OrbitalTableEncoding",
     "PairTableBias",
     "PairwiseBias",
+    "ALiBiBias",
+    "LogSpacedContinuousBias",
+    "RotaryPositionalEncoding",  # acts on a (query, key) pair
 }
 
 

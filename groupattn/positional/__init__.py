@@ -12,6 +12,13 @@ biases, a table indexed by a label per token pair ([`PairTableBias`][groupattn.p
 [`relative_geometry`][groupattn.positional.relative_geometry]). Absolute (non-invariant) baselines:
 [`AbsolutePositionalEncoding`][groupattn.positional.AbsolutePositionalEncoding] on tokens and
 [`LiftedAbsolutePositionalEncoding`][groupattn.positional.LiftedAbsolutePositionalEncoding] on lifted fields.
+
+Encodings from the literature, each with a contract decided from its pair labels:
+[`SinusoidalPositionalEncoding`][groupattn.positional.SinusoidalPositionalEncoding] (absolute, breaks every symmetry that
+moves a token), [`RotaryPositionalEncoding`][groupattn.positional.RotaryPositionalEncoding] (RoPE, planar or torus
+frequencies; used by [`RotarySelfAttention`][groupattn.positional.RotarySelfAttention], rotation by
+[`apply_rotary`][groupattn.positional.apply_rotary]), [`ALiBiBias`][groupattn.positional.ALiBiBias] and
+[`LogSpacedContinuousBias`][groupattn.positional.LogSpacedContinuousBias] (SwinV2).
 """
 
 from ._group import (
@@ -25,6 +32,14 @@ from ._group import (
     window_tiling,
 )
 from ._lifted import LiftedAbsolutePositionalEncoding
+from ._literature import (
+    ALiBiBias,
+    LogSpacedContinuousBias,
+    RotaryPositionalEncoding,
+    RotarySelfAttention,
+    SinusoidalPositionalEncoding,
+    apply_rotary,
+)
 from ._orbital import (
     ContinuousOrbitalBias,
     IndexedTable,
@@ -44,6 +59,7 @@ from ._translation import (
 )
 
 __all__ = [
+    "ALiBiBias",
     "AbsolutePositionalEncoding",
     "CirculantRelativeBias",
     "ClippedRelativeBias",
@@ -53,12 +69,17 @@ __all__ = [
     "GroupPositionalEncoding",
     "IndexedTable",
     "LiftedAbsolutePositionalEncoding",
+    "LogSpacedContinuousBias",
     "OrbitalBias",
     "OrbitalTableEncoding",
     "PairTableBias",
     "PairwiseBias",
     "RelativeGeometry",
+    "RotaryPositionalEncoding",
+    "RotarySelfAttention",
+    "SinusoidalPositionalEncoding",
     "WindowTiling",
+    "apply_rotary",
     "gather_pair_table",
     "labels_contract",
     "point_group_tables",
