@@ -28,7 +28,15 @@ per pixel, one small matrix product for all output slices); everything else, and
 lifting with ``--query-position`` (GSA-Nets' content × position term), runs on
 ``scaled_dot_product_attention``.
 
-Usage: ``python benchmarks/bench_gsa.py`` (all cases) or ``--case NAME``.
+Global attention with a trainable bias (``--global-bias``): ``GlobalSelfAttention(256, 4,
+(32, 32))``, batch 8, with the circulant (orbital) bias and without, timed interleaved in
+one process (each round runs every variant once; best time per variant; ratios are medians
+of same-round ratios, robust on a shared machine). The bias variant runs twice: with the
+attention implementation forced to ``"sdpa"`` (the behaviour before the entry point
+chose: SDPA with a grad-requiring mask takes its unfused math path in training) and on
+``"auto"`` (the chunked backward; see ``groupattn.attention.choose_implementation``).
+
+Usage: ``python benchmarks/bench_gsa.py`` (all cases), ``--case NAME`` or ``--global-bias``.
 """
 
 from __future__ import annotations
@@ -120,6 +128,55 @@ def run_case(
     }
 
 
+def global_bias_ratios(rounds: int, threads: int, batch: int = 8) -> dict[str, float]:
+    """Forward and training times of global attention with the circulant bias, on "sdpa" and
+    "auto", against the same layer without bias; interleaved rounds (see the module docstring)."""
+    import statistics
+
+    import torch
+
+    from groupattn.attention import GlobalSelfAttention, attention_implementation
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    x = torch.randn(batch, 32 * 32, 256)
+    plain = GlobalSelfAttention(256, 4, (32, 32), bias=None)
+    biased = GlobalSelfAttention(256, 4, (32, 32), bias="circulant")
+    variants = {
+        "no_bias": (plain, "auto"),
+        "bias_sdpa": (biased, "sdpa"),
+        "bias_auto": (biased, "auto"),
+    }
+
+    def forward(layer: object) -> None:
+        with torch.no_grad():
+            layer(x)  # type: ignore[operator]
+
+    def train(layer: object) -> None:
+        layer.zero_grad(set_to_none=True)  # type: ignore[attr-defined]
+        layer(x).square().mean().backward()  # type: ignore[operator]
+
+    times: dict[tuple[str, str], list[float]] = {}
+    for _ in range(rounds + 1):  # the first round warms up
+        for step_name, step in (("forward", forward), ("train", train)):
+            for name, (layer, implementation) in variants.items():
+                with attention_implementation(implementation):
+                    start = time.perf_counter()
+                    step(layer)
+                    times.setdefault((step_name, name), []).append(time.perf_counter() - start)
+    result: dict[str, float] = {}
+    for step_name in ("forward", "train"):
+        base = times[(step_name, "no_bias")][1:]
+        result[f"{step_name}_no_bias_s"] = min(base)
+        for name in ("bias_sdpa", "bias_auto"):
+            own = times[(step_name, name)][1:]
+            result[f"{step_name}_{name}_s"] = min(own)
+            result[f"{step_name}_{name}_ratio"] = statistics.median(
+                a / b for a, b in zip(own, base)
+            )
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", choices=sorted(CASES))
@@ -129,7 +186,29 @@ def main() -> None:
         "--query-position", action="store_true", help="add the content x position term"
     )
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--global-bias",
+        action="store_true",
+        help="GlobalSelfAttention with the circulant bias vs without, on 'sdpa' and 'auto' (one process)",
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of --global-bias")
     args = parser.parse_args()
+    if args.global_bias:
+        r = global_bias_ratios(args.rounds, args.threads)
+        print(
+            f"GlobalSelfAttention(256, 4, (32, 32)), batch 8, {args.threads} threads, {args.rounds} rounds; "
+            "ratio = with circulant bias / without (median of same-round ratios)"
+        )
+        for step in ("forward", "train"):
+            print(f"{step:8s} no bias {r[f'{step}_no_bias_s']:.3f} s")
+            for name, label in (
+                ("bias_sdpa", "bias, 'sdpa' (before)"),
+                ("bias_auto", "bias, 'auto' (after)"),
+            ):
+                print(
+                    f"{'':8s} {label:22s} {r[f'{step}_{name}_s']:.3f} s  ratio {r[f'{step}_{name}_ratio']:.2f}x"
+                )
+        return
     if args.case:
         print(
             json.dumps(

@@ -445,11 +445,9 @@ def test_eval_bias_cache_follows_parameter_updates() -> None:
     ],
 )
 def test_chunked_bias_gradient_matches_autograd(
-    cls: type, shape: tuple[int, ...], options: dict, monkeypatch: pytest.MonkeyPatch
+    cls: type, shape: tuple[int, ...], options: dict
 ) -> None:
-    import groupattn.attention._group_attention as group_module
-    import groupattn.attention._lifting as lifting_module
-    from groupattn.attention import attend
+    from groupattn.attention import attention_implementation
 
     module = _randomise_encoding(cls(3, 4, "C4", num_heads=2, **options)).double()
     x = torch.randn(*shape, dtype=torch.float64)
@@ -459,12 +457,10 @@ def test_chunked_bias_gradient_matches_autograd(
         module(x).sin().sum().backward()
         return [p.grad.clone() for p in module.parameters()]  # type: ignore[union-attr]
 
-    monkeypatch.setattr(group_module, "_CHUNK_ELEMENTS", 50)  # many chunks
-    ours = gradients()
-    plain = lambda q, k, v, b, name: attend(q, k, v, b, module=name)  # noqa: E731
-    monkeypatch.setattr(group_module, "attend_with_bias", plain)
-    monkeypatch.setattr(lifting_module, "attend_with_bias", plain)
-    reference = gradients()
+    with attention_implementation("chunked", chunk_elements=50):  # many chunks
+        ours = gradients()
+    with attention_implementation("sdpa"):  # autograd through SDPA's math path
+        reference = gradients()
     for a, b in zip(ours, reference):
         assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
 

@@ -162,6 +162,8 @@ PROMISES: dict[str, tuple[Promise, ...]] = {
     "SymmetricConvStem": (Promise(p4m(5), EQ), Promise(D4, EQ)),
     "TransformerBlock": (Promise(TOKENS, EQ),),
     "ConvPositionalEncoding": (Promise(TOKENS, EQ),),
+    # RoPE with torus frequencies: q·k depends on (j − i) mod the grid only.
+    "RotarySelfAttention": (Promise(TOKENS, EQ), Promise(TOKENS_BY_2, EQ)),
 }
 
 #: Layer name → why its contract promises nothing under any natural group.
@@ -181,6 +183,11 @@ NO_PROMISE: dict[str, NoPromise] = {
         "an absolute position embedding is added: it moves with neither translations nor rotations",
         "absolute positional encoding",
         (TOKENS, TOKENS_BY_2, C4, p4(4)),
+    ),
+    "SinusoidalPositionalEncoding": NoPromise(
+        "a fixed absolute (sinusoidal) code is added: it does not move with the tokens",
+        "absolute (sinusoidal) encoding",
+        (TOKENS, TOKENS_BY_2),
     ),
 }
 

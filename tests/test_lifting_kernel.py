@@ -8,7 +8,12 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from groupattn.attention import LiftingSelfAttention, attend, attend_shared_query_windows
+from groupattn.attention import (
+    LiftingSelfAttention,
+    attend,
+    attend_shared_query_windows,
+    attention_implementation,
+)
 from groupattn.contracts import Status
 from groupattn.groups import CyclicGroup, DihedralGroup, GroupError, TorusTranslations, p4, p4m
 from groupattn.nn import LiftingConvolution
@@ -96,12 +101,8 @@ def test_factorised_kernel_declines_a_bias_that_could_underflow() -> None:
 
 @pytest.mark.parametrize("point_group", ["C1", "C4", "D4", "C8"])
 @pytest.mark.parametrize("neighbourhood", [3, 5])
-def test_lifting_layer_paths_agree(
-    point_group: str, neighbourhood: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_lifting_layer_paths_agree(point_group: str, neighbourhood: int) -> None:
     """The factorised path of a local lifting layer equals its tiled path through ``attend``."""
-    import groupattn.attention._lifting as lifting_module
-
     torch.manual_seed(0)
     layer = LiftingSelfAttention(
         3, 6, point_group, num_heads=2, neighbourhood=neighbourhood
@@ -116,11 +117,10 @@ def test_lifting_layer_paths_agree(
         out.sin().sum().backward()
         return out.detach(), [p.grad.clone() for p in layer.parameters()]  # type: ignore[union-attr]
 
-    factorised, factorised_grads = run()
-    monkeypatch.setattr(
-        lifting_module, "attend_shared_query_windows", lambda *args: None
-    )  # force the fallback
-    tiled, tiled_grads = run()
+    with attention_implementation("factorised"):
+        factorised, factorised_grads = run()
+    with attention_implementation("sdpa"):  # the tiled path (plain SDPA)
+        tiled, tiled_grads = run()
     torch.testing.assert_close(factorised, tiled, rtol=1e-12, atol=1e-12)
     for a, b in zip(factorised_grads, tiled_grads):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)

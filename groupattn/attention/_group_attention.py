@@ -53,97 +53,6 @@ def resolve_point_group(point_group: PointGroup | str, module: str = "groupattn"
     return _point_group_from_name(point_group, module)
 
 
-_CHUNK_ELEMENTS = 1 << 24  # logits per chunk when computing the bias gradient (64 MiB in float32)
-
-
-class _AttendTrainableBias(torch.autograd.Function):
-    """``attend(q, k, v, bias)`` with a memory-bounded backward for a trainable ``bias``.
-
-    PyTorch's fused CPU kernel has no gradient for ``attn_mask``; asking for one falls
-    back to the unfused path that materialises every ``(B, heads, Q, K)`` logit several
-    times. Here the forward pass is the fused kernel ([`attend`][groupattn.attention.attend]
-    with a detached bias) and the backward pass recomputes the probabilities ``P`` over
-    chunks of batch and queries (never more than ``_CHUNK_ELEMENTS`` logits at once) to
-    accumulate ``dbias = P ⊙ (dO·vᵀ − rowsum(dO ⊙ O))`` together with ``dq``, ``dk``,
-    ``dv``.
-    """
-
-    @staticmethod
-    def forward(  # type: ignore[override]
-        ctx: Any,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        bias: torch.Tensor,
-        module: str,
-    ) -> torch.Tensor:
-        with torch.no_grad():  # a detached mask keeps the fused kernel
-            out = attend(query.detach(), key.detach(), value.detach(), bias.detach(), module=module)
-        ctx.save_for_backward(query, key, value, bias, out)
-        return out
-
-    @staticmethod
-    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
-        query, key, value, bias, out = ctx.saved_tensors
-        return (*_chunked_backward(query, key, value, bias, out, grad_out), None)
-
-
-def _chunked_backward(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    bias: torch.Tensor,
-    out: torch.Tensor,
-    grad_out: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(dq, dk, dv, dbias)`` of softmax attention, in chunks; ``bias`` broadcasts to ``(B, heads, Q, K)``."""
-    b, heads, q_len, d = query.shape
-    k_len = key.shape[-2]
-    scale = 1.0 / math.sqrt(d)
-    grad_q = torch.empty(query.shape, dtype=query.dtype, device=query.device)
-    grad_k = torch.zeros(key.shape, dtype=key.dtype, device=key.device)
-    grad_v = torch.zeros(value.shape, dtype=value.dtype, device=value.device)
-    grad_bias = torch.zeros(bias.shape, dtype=bias.dtype, device=bias.device)
-    rows = max(1, min(q_len, _CHUNK_ELEMENTS // max(1, heads * k_len)))
-    batch_chunk = max(1, min(b, _CHUNK_ELEMENTS // max(1, heads * rows * k_len)))
-    full = (b, heads, q_len, k_len)
-    bias_full = bias.expand(full)
-    reduce_dims = [i for i, n in enumerate(bias.shape) if n == 1 and full[i] != 1]
-    for b0 in range(0, b, batch_chunk):
-        b1 = min(b, b0 + batch_chunk)
-        k_chunk, v_chunk = key[b0:b1], value[b0:b1]
-        for r0 in range(0, q_len, rows):
-            r1 = min(q_len, r0 + rows)
-            q_chunk, do_chunk = query[b0:b1, :, r0:r1], grad_out[b0:b1, :, r0:r1]
-            logits = torch.matmul(q_chunk, k_chunk.transpose(-1, -2)).mul_(scale)
-            probs = torch.softmax(logits.add_(bias_full[b0:b1, :, r0:r1]), dim=-1)
-            del logits
-            grad_v[b0:b1] += torch.matmul(probs.transpose(-1, -2), do_chunk)
-            row_dot = (do_chunk * out[b0:b1, :, r0:r1]).sum(-1, keepdim=True)
-            d_logits = torch.matmul(do_chunk, v_chunk.transpose(-1, -2)).sub_(row_dot).mul_(probs)
-            del probs
-            grad_q[b0:b1, :, r0:r1] = torch.matmul(d_logits, k_chunk) * scale
-            grad_k[b0:b1] += torch.matmul(d_logits.transpose(-1, -2), q_chunk) * scale
-            if reduce_dims:
-                d_logits = d_logits.sum(dim=reduce_dims, keepdim=True)
-            batch_slice = slice(None) if bias.shape[0] == 1 else slice(b0, b1)
-            grad_bias[batch_slice, :, r0:r1] += d_logits
-    return grad_q, grad_k, grad_v, grad_bias
-
-
-def attend_with_bias(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    bias: torch.Tensor | None,
-    module: str,
-) -> torch.Tensor:
-    """[`attend`][groupattn.attention.attend], with a memory-bounded gradient for a trainable bias."""
-    if bias is not None and bias.requires_grad and torch.is_grad_enabled():
-        return _AttendTrainableBias.apply(query, key, value, bias, module)  # type: ignore[no-any-return]
-    return attend(query, key, value, bias, module=module)
-
-
 class _RotoTranslationAttention(nn.Module):
     """Shared machinery of lifting and group self-attention (projections, encodings, contracts).
 
@@ -357,9 +266,7 @@ class _RotoTranslationAttention(nn.Module):
             qv = torch.einsum("bepd,ted->bept", q, vectors.to(q.dtype)) / math.sqrt(d)
             pos = qv.gather(-1, entries.to(device).expand(b * tiles, heads, p * g, s * g_key))
             logits_bias = logits_bias + pos
-        out = attend_with_bias(
-            q, k, v, logits_bias, type(self).__name__
-        )  # (B·tiles, heads, P·G, d)
+        out = attend(q, k, v, logits_bias, module=type(self).__name__)  # (B·tiles, heads, P·G, d)
         out = (
             out.view(b, tiles, heads, p, g, d)
             .permute(0, 1, 3, 4, 2, 5)
@@ -552,7 +459,7 @@ class GroupSelfAttention(_RotoTranslationAttention):
                 qv = torch.einsum("beqd,ted->beqt", q, vectors.to(q.dtype)) * scale
                 pos = qv.gather(-1, index.to(x.device).expand(b, heads, g * n, g * n))
                 logits_bias = pos if logits_bias is None else logits_bias + pos
-            out = attend_with_bias(q, k, v, logits_bias, "GroupSelfAttention")
+            out = attend(q, k, v, logits_bias, module="GroupSelfAttention")
             out = rearrange(out, "b e (g n) d -> b g n (e d)", g=g)
         else:
             qkv = self.qkv(rearrange(x, "b c g y x -> b (y x) g c")).view(b, n, g, 3, heads, d)

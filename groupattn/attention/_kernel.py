@@ -1,11 +1,365 @@
-"""The one attention kernel under every layer: PyTorch's scaled_dot_product_attention."""
+"""The one attention entry point under every layer, and the implementations it chooses from.
+
+[`attend`][groupattn.attention.attend] computes ``softmax(q kᵀ / √d + bias) v``. Which
+implementation runs is decided in one place,
+[`choose_implementation`][groupattn.attention.choose_implementation]:
+
+* ``"sdpa"`` — PyTorch's ``F.scaled_dot_product_attention``, forward and backward;
+* ``"chunked"`` — the fused SDPA forward with a detached bias, and a memory-bounded
+  backward that recomputes the probabilities in chunks and also returns the bias's
+  gradient (SDPA's fused CPU kernel has none: with a bias that requires a gradient it
+  falls back to its unfused math path, which materialises every logit several times;
+  the chunked backward bounds the memory by the chunk);
+* ``"factorised"`` — [`attend_shared_query_windows`][groupattn.attention.attend_shared_query_windows],
+  for local attention whose query is shared by all output slices and whose bias
+  depends only on the slice and the window offset (local lifting attention).
+
+[`attention_implementation`][groupattn.attention.attention_implementation] forces one of
+them (for tests and benchmarks).
+"""
 
 from __future__ import annotations
+
+import math
+from types import TracebackType
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["attend"]
+from .._errors import ConfigurationError
+
+__all__ = [
+    "attend",
+    "attend_shared_query_windows",
+    "attention_implementation",
+    "choose_implementation",
+    "get_attention_implementation",
+]
+
+# what the switch accepts; "auto" lets choose_implementation decide per call
+IMPLEMENTATIONS: tuple[str, ...] = ("auto", "sdpa", "chunked", "factorised")
+Implementation = Literal["sdpa", "chunked", "factorised"]
+
+_DEFAULT_CHUNK_ELEMENTS = 1 << 24  # logits per chunk of the chunked backward (64 MiB in float32)
+
+# Process-wide state of the switch: plain Python values, read (not written) in forward, so
+# torch.compile guards on them and recompiles when they change; no tensors, no buffers.
+_forced: str = "auto"
+_chunk_elements: int = _DEFAULT_CHUNK_ELEMENTS
+
+
+class _RestoreImplementation:
+    """What [`attention_implementation`][groupattn.attention.attention_implementation] returns:
+    the switch is already set; leaving a ``with`` block restores the previous setting."""
+
+    def __init__(self, previous: tuple[str, int], current: tuple[str, int]) -> None:
+        self._previous = previous
+        self._current = current
+
+    def __enter__(self) -> str:
+        return self._current[0]
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        global _forced, _chunk_elements
+        _forced, _chunk_elements = self._previous
+
+    def __repr__(self) -> str:
+        return f"attention_implementation({self._current[0]!r}, chunk_elements={self._current[1]})"
+
+
+def attention_implementation(
+    name: str = "auto", *, chunk_elements: int | None = None
+) -> _RestoreImplementation:
+    """Force one attention implementation, as a context manager or a plain setter.
+
+    ``with attention_implementation("sdpa"): ...`` runs every attention call in the
+    block on that implementation and restores the previous setting on leaving the block
+    (also when it raises); ``attention_implementation("chunked")`` alone sets it until
+    the next call (``attention_implementation("auto")`` restores the default). The
+    setting is process-wide (not per thread) and is read by every layer in ``forward``
+    as a plain Python value, so ``torch.compile`` guards on it: changing it recompiles
+    rather than running a stale choice.
+
+    A forced implementation is never silently replaced: a layer whose problem it cannot
+    compute raises [`ConfigurationError`][groupattn.ConfigurationError] naming the layer
+    (``"factorised"`` on anything but a local lifting layer with an additive bias only,
+    or on a bias that spreads beyond the factorised kernel's safe range; ``"chunked"``
+    with attention dropout).
+
+    Parameters
+    ----------
+    name
+        ``"auto"`` (the default: [`choose_implementation`][groupattn.attention.choose_implementation]
+        decides per call), ``"sdpa"``, ``"chunked"`` or ``"factorised"``.
+    chunk_elements
+        Logits per chunk of the chunked backward (default ``2**24``, 64 MiB in float32);
+        ``None`` keeps the current value. Small values (tests) exercise many chunks.
+
+    Returns
+    -------
+    context manager
+        Entering it gives the name; leaving it restores the previous name and chunk size.
+
+    Raises
+    ------
+    ConfigurationError
+        For an unknown name or a non-positive ``chunk_elements``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from groupattn.attention import attend, attention_implementation, get_attention_implementation
+    >>> q = torch.randn(1, 2, 5, 4)
+    >>> with attention_implementation("chunked"):
+    ...     out = attend(q, q, q)
+    >>> get_attention_implementation()
+    'auto'
+    """
+    global _forced, _chunk_elements
+    if name not in IMPLEMENTATIONS:
+        raise ConfigurationError(
+            f"attention_implementation: expected one of {', '.join(map(repr, IMPLEMENTATIONS))}, got {name!r}"
+        )
+    if chunk_elements is not None and (
+        isinstance(chunk_elements, bool)
+        or not isinstance(chunk_elements, int)
+        or chunk_elements < 1
+    ):
+        raise ConfigurationError(
+            f"attention_implementation: expected a positive integer chunk_elements or None, got {chunk_elements!r}"
+        )
+    previous = (_forced, _chunk_elements)
+    _forced = name
+    _chunk_elements = _chunk_elements if chunk_elements is None else chunk_elements
+    return _RestoreImplementation(previous, (_forced, _chunk_elements))
+
+
+def get_attention_implementation() -> str:
+    """The name set by [`attention_implementation`][groupattn.attention.attention_implementation]
+    (``"auto"`` unless forced)."""
+    return _forced
+
+
+#: largest spread (max − min over a window) of the positional bias for which the
+#: factorised kernel's normaliser cannot underflow, per dtype (``exp(−spread)`` must stay
+#: a normal number); beyond it ``attend_shared_query_windows`` reports ``None``.
+_MAX_BIAS_SPREAD = {
+    torch.float16: 9.0,
+    torch.bfloat16: 80.0,
+    torch.float32: 80.0,
+    torch.float64: 700.0,
+}
+
+
+def _spread_fits(window_bias: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether the factorised normaliser cannot underflow (not checked while compiling: it reads values)."""
+    if torch.compiler.is_compiling():
+        return True
+    spread = window_bias.amax(-1) - window_bias.amin(-1)
+    return not bool((spread > _MAX_BIAS_SPREAD.get(dtype, 80.0)).any())
+
+
+def choose_implementation(
+    query: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    dropout: float = 0.0,
+    *,
+    window_bias: torch.Tensor | None = None,
+    module: str = "attend",
+) -> Implementation:
+    """The implementation an attention call runs on: the one place the choice is made.
+
+    [`attend`][groupattn.attention.attend] consults it on every call; a layer whose
+    problem also has the shared-query-windows form (local lifting attention with an
+    additive bias only) consults it with ``window_bias`` before building the dense
+    problem. Tests and benchmarks call it to ask what a call would use.
+
+    With the switch at ``"auto"`` (see
+    [`attention_implementation`][groupattn.attention.attention_implementation]):
+
+    1. ``"factorised"`` when ``window_bias`` is given and its spread within each window
+       fits the dtype (80 in float32, 700 in float64, 9 in float16; not checked while
+       ``torch.compile`` traces);
+    2. else ``"chunked"`` when the bias (``window_bias`` for a windows problem) requires
+       a gradient, gradients are enabled and ``dropout == 0``;
+    3. else ``"sdpa"``.
+
+    A forced name is returned as it is, or refused when the problem cannot use it.
+
+    Parameters
+    ----------
+    query
+        ``(B, heads, N, d)`` for a dense problem, ``(B, heads, d, H, W)`` for a windows
+        problem (only its dtype is read).
+    bias
+        The additive bias of a dense problem (broadcastable to ``(B, heads, N, M)``), or ``None``.
+    dropout
+        Attention dropout probability.
+    window_bias
+        ``(heads, G, k²)``: the problem is one of
+        [`attend_shared_query_windows`][groupattn.attention.attend_shared_query_windows]
+        with this bias (the caller can also compute it densely); ``None`` for a dense problem.
+    module
+        Name used in error messages (the calling layer).
+
+    Returns
+    -------
+    str
+        ``"sdpa"``, ``"chunked"`` or ``"factorised"``. For a windows problem ``"sdpa"`` and
+        ``"chunked"`` mean: compute it densely (the layer's tiled path), on that implementation.
+
+    Raises
+    ------
+    ConfigurationError
+        When ``"factorised"`` is forced on a dense problem or on a window bias that spreads
+        beyond the dtype's safe range, or ``"chunked"`` is forced with ``dropout > 0``.
+    """
+    forced = _forced
+    if window_bias is not None:
+        if forced in ("auto", "factorised"):
+            if _spread_fits(window_bias, query.dtype):
+                return "factorised"
+            if forced == "factorised":
+                spread = float((window_bias.amax(-1) - window_bias.amin(-1)).max().detach())
+                raise ConfigurationError(
+                    f"{module}: attention_implementation('factorised') expected a window bias whose spread "
+                    f"(max − min within a window) is at most {_MAX_BIAS_SPREAD.get(query.dtype, 80.0)} in "
+                    f"{query.dtype}, got {spread:.4g} (the factorised normaliser could underflow); use 'auto', "
+                    "'sdpa' or 'chunked'"
+                )
+        bias = window_bias
+    elif forced == "factorised":
+        raise ConfigurationError(
+            f"{module}: attention_implementation('factorised') expected a shared-query windows problem "
+            "(local LiftingSelfAttention with an additive bias only: one query per pixel for all output "
+            f"slices), got a dense attention problem (query of shape {tuple(query.shape)}); use 'auto', "
+            "'sdpa' or 'chunked'"
+        )
+    if forced == "sdpa":
+        return "sdpa"
+    if forced == "chunked":
+        if dropout > 0.0:
+            raise ConfigurationError(
+                f"{module}: attention_implementation('chunked') expected dropout 0 (the chunked backward "
+                f"does not replay dropout), got {dropout}; use 'auto' or 'sdpa'"
+            )
+        return "chunked"
+    trainable = bias is not None and bias.requires_grad and torch.is_grad_enabled()
+    return "chunked" if trainable and dropout == 0.0 else "sdpa"
+
+
+def _sdpa(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    bias: torch.Tensor | None,
+    dropout: float = 0.0,
+) -> torch.Tensor:
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=bias, dropout_p=dropout)
+
+
+class _AttendTrainableBias(torch.autograd.Function):
+    """SDPA forward, memory-bounded chunked backward (the ``"chunked"`` implementation).
+
+    PyTorch's fused CPU kernel has no gradient for ``attn_mask``; asking for one falls
+    back to the unfused path that materialises every ``(B, heads, Q, K)`` logit several
+    times. Here the forward pass is the fused kernel (with a detached bias) and the
+    backward pass recomputes the probabilities ``P`` over chunks of batch and queries
+    (never more than the switch's ``chunk_elements`` logits at once) to accumulate
+    ``dbias = P ⊙ (dO·vᵀ − rowsum(dO ⊙ O))`` together with ``dq``, ``dk``, ``dv``.
+    ``bias`` is 4-D, broadcastable to ``(B, heads, Q, K)``.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        bias: torch.Tensor,
+        chunk_elements: int,
+    ) -> torch.Tensor:
+        with torch.no_grad():  # a detached mask keeps the fused kernel
+            out = _sdpa(query.detach(), key.detach(), value.detach(), bias.detach())
+        ctx.save_for_backward(query, key, value, bias, out)
+        ctx.chunk_elements = chunk_elements
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+        query, key, value, bias, out = ctx.saved_tensors
+        grads = _chunked_backward(
+            query,
+            key,
+            value,
+            bias,
+            out,
+            grad_out,
+            ctx.chunk_elements,
+            bias_grad=bool(ctx.needs_input_grad[3]),
+        )
+        return (*grads, None)
+
+
+def _chunked_backward(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    bias: torch.Tensor,
+    out: torch.Tensor,
+    grad_out: torch.Tensor,
+    chunk_elements: int = _DEFAULT_CHUNK_ELEMENTS,
+    bias_grad: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``(dq, dk, dv, dbias)`` of softmax attention, in chunks of at most ``chunk_elements`` logits.
+
+    ``query`` ``(B, heads, Q, d)``, ``key`` / ``value`` ``(B, heads, K, d)`` / ``(B, heads, K, d_v)``,
+    ``bias`` 4-D and broadcastable to ``(B, heads, Q, K)`` (``dbias`` has its shape, summed
+    over the broadcast axes; ``None`` unless ``bias_grad``), ``out`` and ``grad_out``
+    ``(B, heads, Q, d_v)``.
+    """
+    b, heads, q_len, d = query.shape
+    k_len = key.shape[-2]
+    scale = 1.0 / math.sqrt(d)
+    # the layers' head merge hands back a permuted gradient: one copy here, not one per matmul
+    grad_out = grad_out.contiguous()
+    grad_q = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+    grad_k = torch.zeros(key.shape, dtype=key.dtype, device=key.device)
+    grad_v = torch.zeros(value.shape, dtype=value.dtype, device=value.device)
+    grad_bias = torch.zeros(bias.shape, dtype=bias.dtype, device=bias.device) if bias_grad else None
+    rows = max(1, min(q_len, chunk_elements // max(1, heads * k_len)))
+    batch_chunk = max(1, min(b, chunk_elements // max(1, heads * rows * k_len)))
+    full = (b, heads, q_len, k_len)
+    bias_full = bias.expand(full)
+    reduce_dims = [i for i, n in enumerate(bias.shape) if n == 1 and full[i] != 1]
+    for b0 in range(0, b, batch_chunk):
+        b1 = min(b, b0 + batch_chunk)
+        k_chunk, v_chunk = key[b0:b1], value[b0:b1]
+        for r0 in range(0, q_len, rows):
+            r1 = min(q_len, r0 + rows)
+            q_chunk, do_chunk = query[b0:b1, :, r0:r1], grad_out[b0:b1, :, r0:r1]
+            logits = torch.matmul(q_chunk, k_chunk.transpose(-1, -2)).mul_(scale)
+            probs = torch.softmax(logits.add_(bias_full[b0:b1, :, r0:r1]), dim=-1)
+            del logits
+            grad_v[b0:b1] += torch.matmul(probs.transpose(-1, -2), do_chunk)
+            row_dot = (do_chunk * out[b0:b1, :, r0:r1]).sum(-1, keepdim=True)
+            d_logits = torch.matmul(do_chunk, v_chunk.transpose(-1, -2)).sub_(row_dot).mul_(probs)
+            del probs
+            grad_q[b0:b1, :, r0:r1] = torch.matmul(d_logits, k_chunk) * scale
+            grad_k[b0:b1] += torch.matmul(d_logits.transpose(-1, -2), q_chunk) * scale
+            if grad_bias is not None:
+                if reduce_dims:
+                    d_logits = d_logits.sum(dim=reduce_dims, keepdim=True)
+                batch_slice = slice(None) if bias.shape[0] == 1 else slice(b0, b1)
+                row_slice = slice(None) if bias.shape[2] == 1 else slice(r0, r1)
+                grad_bias[batch_slice, :, row_slice] += d_logits
+    return grad_q, grad_k, grad_v, grad_bias
 
 
 def attend(
@@ -16,11 +370,20 @@ def attend(
     dropout: float = 0.0,
     module: str = "attend",
 ) -> torch.Tensor:
-    """Softmax attention ``softmax(q kᵀ / √d + bias) v`` via ``F.scaled_dot_product_attention``.
+    """Softmax attention ``softmax(q kᵀ / √d + bias) v``: the one entry point under every layer.
 
     Attention is equivariant to every permutation of the tokens applied jointly to
     queries, keys and values; only ``bias`` can break that, so a layer is equivariant to
     a group exactly when its bias is constant on the group's orbitals.
+
+    The implementation is chosen by
+    [`choose_implementation`][groupattn.attention.choose_implementation] (or forced with
+    [`attention_implementation`][groupattn.attention.attention_implementation]):
+    ``F.scaled_dot_product_attention`` (``"sdpa"``), or — when the bias requires a
+    gradient — its fused forward with a memory-bounded chunked backward that also returns
+    the bias's gradient (``"chunked"``; SDPA itself falls back to its unfused math path
+    for a grad-requiring mask). Both compute the same function; the tests compare values
+    and gradients.
 
     Parameters
     ----------
@@ -29,7 +392,8 @@ def attend(
     key, value
         ``(B, heads, M, d)`` and ``(B, heads, M, d_v)``.
     bias
-        Additive bias broadcastable to ``(B, heads, N, M)``, or ``None``.
+        Additive bias broadcastable to ``(B, heads, N, M)``, or ``None``; cast to the
+        query's dtype.
     dropout
         Attention dropout probability (use 0 in evaluation).
     module
@@ -39,6 +403,14 @@ def attend(
     -------
     torch.Tensor
         ``(B, heads, N, d_v)``.
+
+    Raises
+    ------
+    ValueError
+        For inputs that are not rank 4 or whose lengths or widths do not match.
+    ConfigurationError
+        When the forced implementation cannot compute this call (see
+        [`attention_implementation`][groupattn.attention.attention_implementation]).
     """
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         raise ValueError(
@@ -52,18 +424,15 @@ def attend(
         )
     if bias is not None:
         bias = bias.to(query.dtype)
-    return F.scaled_dot_product_attention(query, key, value, attn_mask=bias, dropout_p=dropout)
-
-
-#: largest spread (max − min over a window) of the positional bias for which the
-#: factorised kernel's normaliser cannot underflow, per dtype (``exp(−spread)`` must stay
-#: a normal number); beyond it ``attend_shared_query_windows`` reports ``None``.
-_MAX_BIAS_SPREAD = {
-    torch.float16: 9.0,
-    torch.bfloat16: 80.0,
-    torch.float32: 80.0,
-    torch.float64: 700.0,
-}
+    if choose_implementation(query, bias, dropout, module=module) == "chunked":
+        if bias is None:
+            bias = query.new_zeros(1, 1, 1, 1)
+        elif bias.dim() < 4:
+            bias = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
+        return _AttendTrainableBias.apply(  # type: ignore[no-any-return]
+            query, key, value, bias, _chunk_elements
+        )
+    return _sdpa(query, key, value, bias, dropout)
 
 
 def attend_shared_query_windows(
@@ -89,6 +458,11 @@ def attend_shared_query_windows(
     and the sum over the window for all slices is one matrix product with the small
     ``(|H|, k²)`` table ``exp(bias − max)`` per head. This avoids the many tiny problems
     (``k² = 25`` keys, ``d = 3``) on which the fused kernel is dominated by overhead.
+
+    It is the ``"factorised"`` implementation of the attention entry point: layers call it
+    only when [`choose_implementation`][groupattn.attention.choose_implementation] (given
+    the window bias) returns ``"factorised"``. Calling it directly bypasses
+    [`attention_implementation`][groupattn.attention.attention_implementation].
 
     Parameters
     ----------
@@ -145,10 +519,7 @@ def attend_shared_query_windows(
             f"{module}: expected bias (heads={heads}, G, k²={k * k}), got {tuple(bias.shape)}"
         )
     bias = bias.to(query.dtype)
-    spread = bias.amax(-1) - bias.amin(-1)
-    if not torch.compiler.is_compiling() and bool(
-        (spread > _MAX_BIAS_SPREAD.get(query.dtype, 80.0)).any()
-    ):
+    if not _spread_fits(bias, query.dtype):
         return None
     r = k // 2
     d_v = value.shape[2]

@@ -9,8 +9,8 @@ from einops import rearrange
 
 from .._deprecation import DeprecatedAttribute, renamed_arguments
 from ..groups import PointGroup
-from ._group_attention import _RotoTranslationAttention, attend_with_bias
-from ._kernel import attend_shared_query_windows
+from ._group_attention import _RotoTranslationAttention
+from ._kernel import attend, attend_shared_query_windows, choose_implementation
 
 __all__ = ["LiftingSelfAttention"]
 
@@ -27,10 +27,13 @@ class LiftingSelfAttention(_RotoTranslationAttention):
     Global attention gathers the bias ``(heads, |H|·N, N)`` once per shape from a table
     of ``N = H·W`` entries (an orbital per torus offset) and runs on
     [`groupattn.attention.attend`][groupattn.attention.attend]. Local attention's bias is ``(heads, |H|, k²)``,
-    the same at every pixel; with the additive bias alone the layer uses the factorised
-    kernel [`groupattn.attention.attend_shared_query_windows`][groupattn.attention.attend_shared_query_windows] (content weights once
-    per pixel for all ``|H|`` slices), and with the content × position term, or a bias
-    spread too wide for the factorised normaliser, the tiled path through ``attend``.
+    the same at every pixel; with the additive bias alone the problem also has the form
+    of the factorised kernel [`groupattn.attention.attend_shared_query_windows`][groupattn.attention.attend_shared_query_windows]
+    (content weights once per pixel for all ``|H|`` slices), which
+    [`choose_implementation`][groupattn.attention.choose_implementation] picks unless the
+    bias spreads too wide for its normaliser or another implementation is forced; with
+    the content × position term, or otherwise, the layer runs the tiled path through
+    ``attend``.
 
     Contract: equivariant ``GridField → LiftedField(H)`` under torus translations,
     ``H`` (and subgroups) and ``T ⋊ H``; for finer rotations (C8, …) see
@@ -119,13 +122,11 @@ class LiftingSelfAttention(_RotoTranslationAttention):
                 )
                 pos = pos.reshape(b, heads, g * n, n)
                 logits_bias = pos if logits_bias is None else logits_bias + pos
-            out = attend_with_bias(queries, k, v, logits_bias, "LiftingSelfAttention")
+            out = attend(queries, k, v, logits_bias, module="LiftingSelfAttention")
             out = rearrange(out, "b e (g n) d -> b g n (e d)", g=g)
         else:
             qkv = self.qkv(tokens)
-            if (
-                vectors is None
-            ):  # additive bias only: the factorised kernel (one content weight per pixel)
+            if vectors is None:  # additive bias only: the problem also has the factorised form
                 k_side = int(self.neighbourhood or 1)
                 window = k_side * k_side
                 table = (
@@ -133,12 +134,17 @@ class LiftingSelfAttention(_RotoTranslationAttention):
                     if bias is not None
                     else qkv.new_zeros(heads, g, window)
                 )
-                q, k, v = qkv.view(b, height, width, 3, heads, d).permute(
-                    3, 0, 4, 5, 1, 2
-                )  # (B, heads, d, H, W)
-                local = attend_shared_query_windows(
-                    q, k, v, table, k_side, geometry.circular, "LiftingSelfAttention"
+                choice = choose_implementation(
+                    qkv, window_bias=table, module="LiftingSelfAttention"
                 )
+                local = None
+                if choice == "factorised":  # one content weight per pixel for all slices
+                    q, k, v = qkv.view(b, height, width, 3, heads, d).permute(
+                        3, 0, 4, 5, 1, 2
+                    )  # (B, heads, d, H, W)
+                    local = attend_shared_query_windows(
+                        q, k, v, table, k_side, geometry.circular, "LiftingSelfAttention"
+                    )
                 if (
                     local is not None
                 ):  # (B, heads, G, d, H, W): project channels as one matrix product
@@ -149,7 +155,8 @@ class LiftingSelfAttention(_RotoTranslationAttention):
                     # explicit sizes: with an empty batch a -1 would be ambiguous
                     out = out.view(self.proj.out_features, g, b, height, width)
                     return out.permute(2, 0, 1, 3, 4)  # (B, C, G, H, W)
-            # content × position term, or a bias too spread for the factorised kernel: the tiled path
+            # content × position term, a bias too spread for the factorised kernel, or "sdpa" /
+            # "chunked" forced: the tiled path through attend
             out = self.proj(
                 self._local_attention(qkv.view(b, n, 1, 3, heads, d), geometry, bias, vectors)
             )
