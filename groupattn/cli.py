@@ -15,6 +15,7 @@ COMMAND_MODULES: list[str] = [
     "groupattn.training._command",
     "groupattn.training._demo",
     "groupattn.check._command",
+    "groupattn.bench._command",
 ]
 
 
