@@ -21,6 +21,7 @@ them (for tests and benchmarks).
 from __future__ import annotations
 
 import math
+import weakref
 from types import TracebackType
 from typing import Any, Literal
 
@@ -45,19 +46,58 @@ _DEFAULT_CHUNK_ELEMENTS = 1 << 24  # logits per chunk of the chunked backward (6
 
 # Process-wide state of the switch: plain Python values, read (not written) in forward, so
 # torch.compile guards on them and recompiles when they change; no tensors, no buffers.
+# ``_forced`` / ``_chunk_elements`` are what forward reads: the innermost active ``with``
+# block's setting, else the setting of the last plain call (``_base``).
 _forced: str = "auto"
 _chunk_elements: int = _DEFAULT_CHUNK_ELEMENTS
+_base: tuple[str, int] = ("auto", _DEFAULT_CHUNK_ELEMENTS)
+_active: list[tuple[object, tuple[str, int]]] = []  # entered blocks, innermost last
+# plain calls made outside blocks, oldest first: (manager, setting); the plain setting is
+# the last one's. Entering a manager turns its call into a block: its entry leaves this
+# list, and the call before it is the plain setting again. Managers are held weakly (a
+# setter call's manager is dropped at once); an entry whose manager is gone can never
+# leave, so everything before it is pruned.
+_plain_calls: list[tuple[weakref.ref[Any], tuple[str, int]]] = []
+_last_block_call: object | None = None  # a plain call made inside a block, until entered
+
+
+def _apply() -> None:
+    global _forced, _chunk_elements, _base
+    _base = _plain_calls[-1][1] if _plain_calls else ("auto", _DEFAULT_CHUNK_ELEMENTS)
+    _forced, _chunk_elements = _active[-1][1] if _active else _base
 
 
 class _RestoreImplementation:
     """What [`attention_implementation`][groupattn.attention.attention_implementation] returns:
-    the switch is already set; leaving a ``with`` block restores the previous setting."""
+    the switch is already set; a ``with`` block holds the setting until it is left.
 
-    def __init__(self, previous: tuple[str, int], current: tuple[str, int]) -> None:
-        self._previous = previous
+    Blocks are tracked as a set of active entries, not a stack of saved values: leaving
+    blocks in any order (generators, hand-called ``__exit__``) leaves the setting of the
+    innermost block still active, or the plain setting when none is; the same object can
+    be entered again (each entry applies its setting anew).
+    """
+
+    def __init__(
+        self, current: tuple[str, int], undo: tuple[object | None, tuple[str, int]]
+    ) -> None:
         self._current = current
+        self._undo = undo  # (block token or None for the plain setting, the value it replaced)
+        self._entries: list[object] = []
 
     def __enter__(self) -> str:
+        global _last_block_call
+        where, replaced = self._undo
+        if where is None:  # the call set the plain setting; a block holds it instead
+            _plain_calls[:] = [entry for entry in _plain_calls if entry[0]() is not self]
+        elif _last_block_call is self:  # the call changed a block's setting: put it back
+            _active[:] = [
+                (token, replaced if token is where else value) for token, value in _active
+            ]
+            _last_block_call = None
+        token = object()
+        self._entries.append(token)
+        _active.append((token, self._current))
+        _apply()
         return self._current[0]
 
     def __exit__(
@@ -66,8 +106,10 @@ class _RestoreImplementation:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        global _forced, _chunk_elements
-        _forced, _chunk_elements = self._previous
+        if self._entries:
+            token = self._entries.pop()
+            _active[:] = [entry for entry in _active if entry[0] is not token]
+        _apply()
 
     def __repr__(self) -> str:
         return f"attention_implementation({self._current[0]!r}, chunk_elements={self._current[1]})"
@@ -80,8 +122,10 @@ def attention_implementation(
 
     ``with attention_implementation("sdpa"): ...`` runs every attention call in the
     block on that implementation and restores the previous setting on leaving the block
-    (also when it raises); ``attention_implementation("chunked")`` alone sets it until
-    the next call (``attention_implementation("auto")`` restores the default). The
+    (also when it raises, when blocks are left out of order, and each time the same
+    object is entered again); ``attention_implementation("chunked")`` alone sets it until
+    the next call (``attention_implementation("auto")`` restores the default); inside a
+    block, a plain call changes that block's setting until the block is left. The
     setting is process-wide (not per thread) and is read by every layer in ``forward``
     as a plain Python value, so ``torch.compile`` guards on it: changing it recompiles
     rather than running a stale choice.
@@ -121,7 +165,6 @@ def attention_implementation(
     >>> get_attention_implementation()
     'auto'
     """
-    global _forced, _chunk_elements
     if name not in IMPLEMENTATIONS:
         raise ConfigurationError(
             f"attention_implementation: expected one of {', '.join(map(repr, IMPLEMENTATIONS))}, got {name!r}"
@@ -134,10 +177,21 @@ def attention_implementation(
         raise ConfigurationError(
             f"attention_implementation: expected a positive integer chunk_elements or None, got {chunk_elements!r}"
         )
-    previous = (_forced, _chunk_elements)
-    _forced = name
-    _chunk_elements = _chunk_elements if chunk_elements is None else chunk_elements
-    return _RestoreImplementation(previous, (_forced, _chunk_elements))
+    global _last_block_call
+    setting = (name, _chunk_elements if chunk_elements is None else chunk_elements)
+    if _active:  # a plain call inside a block changes that block's setting, until it is left
+        token, replaced = _active[-1]
+        _active[-1] = (token, setting)
+        manager = _RestoreImplementation(setting, (token, replaced))
+        _last_block_call = manager
+    else:
+        manager = _RestoreImplementation(setting, (None, _base))
+        dead = [i for i, (ref, _) in enumerate(_plain_calls) if ref() is None]
+        if dead:
+            del _plain_calls[: dead[-1]]
+        _plain_calls.append((weakref.ref(manager), setting))
+    _apply()
+    return manager
 
 
 def get_attention_implementation() -> str:
@@ -345,8 +399,13 @@ def _chunked_backward(
             r1 = min(q_len, r0 + rows)
             q_chunk, do_chunk = query[b0:b1, :, r0:r1], grad_out[b0:b1, :, r0:r1]
             logits = torch.matmul(q_chunk, k_chunk.transpose(-1, -2)).mul_(scale)
-            probs = torch.softmax(logits.add_(bias_full[b0:b1, :, r0:r1]), dim=-1)
-            del logits
+            logits.add_(bias_full[b0:b1, :, r0:r1])
+            # a row whose every key is masked (-inf) has no softmax: SDPA outputs zeros
+            # there and passes no gradient through it; softmax alone would give NaN
+            # probabilities, and NaN gradients for every key and value
+            masked_rows = logits.amax(dim=-1, keepdim=True) == -math.inf
+            probs = torch.softmax(logits, dim=-1).masked_fill_(masked_rows, 0.0)
+            del logits, masked_rows
             grad_v[b0:b1] += torch.matmul(probs.transpose(-1, -2), do_chunk)
             row_dot = (do_chunk * out[b0:b1, :, r0:r1]).sum(-1, keepdim=True)
             d_logits = torch.matmul(do_chunk, v_chunk.transpose(-1, -2)).sub_(row_dot).mul_(probs)

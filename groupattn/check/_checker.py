@@ -126,6 +126,14 @@ def certify_network(
     """Certify ``model`` on ``example_input`` (see [`groupattn.check.certify`][groupattn.check.certify])."""
     shape = tuple(int(s) for s in example_input.shape)
     cert = Certificate(Status.UNVERIFIED, group, input_type)
+    if 0 in shape:
+        # An empty tensor equals every permutation of itself: any claim holds vacuously on
+        # it, and the operators it reaches (an empty batch) say nothing about real inputs.
+        cert.reason = (
+            f"certify: expected an example input with at least one element on every axis, got shape "
+            f"{shape}; an empty input proves nothing about the network's values"
+        )
+        return cert
     try:
         generators = list(group.generators())
         _check_generators(group, generators)
