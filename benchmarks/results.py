@@ -183,6 +183,53 @@ def _six_nine_cap(data_name: str, seed: int) -> float | None:
     return 1.0 - confusable / (2 * labels.numel())
 
 
+def _parity_table(group: list[dict[str, Any]], families: list[str]) -> list[str]:
+    """The issue's parity targets per family: clean accuracy within 2 points of the
+    baseline's (or above), and above it on the transformation the family is built for
+    (random circular shifts for shift models, any-angle rotations for rotation models)."""
+    rows = [
+        "Parity (means over the seeds both variants ran): clean accuracy of the equivariant",
+        "model minus its baseline's — target ≥ −2 points — and the same gap on the",
+        "transformed test set the family is built for (circular shifts or rotations).",
+        "",
+        "| model | seeds | clean gap | target met | transformed | transformed gap |",
+        "|---|---|---|---|---|---|",
+    ]
+    for model_name in families:
+        runs = {
+            b: {r["seed"]: r for r in group if r["model"] == model_name and r["baseline"] == b}
+            for b in (True, False)
+        }
+        seeds = sorted(set(runs[True]) & set(runs[False]))
+        if not seeds:
+            continue
+        transform = "circular_shift" if model_name in SHIFT_MODELS else "rotation"
+
+        def gap(
+            metric: str,
+            name: str = "",
+            runs: dict[bool, dict[int, dict[str, Any]]] = runs,
+            seeds: list[int] = seeds,
+        ) -> float:
+            values = []
+            for seed in seeds:
+                eq, base = runs[False][seed], runs[True][seed]
+                if metric == "clean":
+                    values.append(eq["evaluation"]["accuracy"] - base["evaluation"]["accuracy"])
+                else:
+                    values.append(_robust(eq, name, "accuracy") - _robust(base, name, "accuracy"))
+            return 100 * _mean(values)
+
+        clean = gap("clean")
+        rows.append(
+            f"| {model_name} | {', '.join(map(str, seeds))} | {clean:+.1f} | "
+            f"{'yes' if clean >= -2.0 else f'no (misses by {-2.0 - clean:.2f})'} | "
+            f"{'circular shifts' if transform == 'circular_shift' else 'rotations'} | "
+            f"{gap('transformed', transform):+.1f} |"
+        )
+    return rows
+
+
 def write_page(out: Path, page: Path, assets: Path) -> None:
     """Aggregate the records in ``out`` into ``page`` and learning-curve plots in ``assets``."""
     import matplotlib
@@ -264,6 +311,7 @@ def write_page(out: Path, page: Path, assets: Path) -> None:
                     + " | ".join(cells)
                     + f" | {ratio:.2f} |"
                 )
+        lines += ["", *_parity_table(group, families)]
         cap = _six_nine_cap(data_name, example["seed"])
         if cap is not None:
             lines += [
