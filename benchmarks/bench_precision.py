@@ -253,6 +253,53 @@ def measure(
     )
 
 
+def relative_change(
+    model: nn.Module,
+    images: torch.Tensor,
+    moves: list[tuple[str, Move]],
+    precision: str,
+    chunk: int = 32,
+) -> float:
+    """The relative equivariance error of an invariant classifier in one precision.
+
+    ``max_g max|f(g·x) − f(x)| / max|f(x)|`` over the images and ``moves``, in float64
+    ([`relative_error`][groupattn.testing.relative_error]); 0 where the model is bit-exact.
+
+    Parameters
+    ----------
+    model
+        A classifier ``(B, C, H, W) → (B, classes)`` in eval mode (float32; a copy is cast
+        for the bf16-weights precision).
+    images
+        ``(N, C, H, W)`` float32.
+    moves
+        Group elements acting on images (see ``group_moves``).
+    precision
+        A key of ``PRECISIONS``.
+    chunk
+        Batch size of the forward passes.
+
+    Returns
+    -------
+    float
+        The largest relative change over all moves.
+    """
+    from groupattn.testing import relative_error
+
+    dtype, context = PRECISIONS[precision]
+    x = images
+    if dtype is not None:
+        model = _cast(model, dtype)
+        x = images.to(dtype)
+
+    def run(batch: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad(), context():
+            return torch.cat([model(batch[s : s + chunk]) for s in range(0, batch.shape[0], chunk)])
+
+    base = run(x)
+    return max((relative_error(run(move(x)), base) for _label, move in moves), default=0.0)
+
+
 def _ulp(x: torch.Tensor) -> torch.Tensor:
     """Unit in the last place of every entry of ``x`` in its own dtype, as float64 (normal numbers)."""
     info = torch.finfo(x.dtype)

@@ -11,9 +11,11 @@ encoding breaks the symmetry.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from typing import Any, Literal, cast
 
+import numpy
 import pytest
 import torch
 from hypothesis import given, settings
@@ -21,6 +23,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from groupattn import ConfigurationError, DtypeError, ShapeError
+from groupattn._resources import BudgetError, estimate_model_memory
 from groupattn.actions import TokenField
 from groupattn.attention import GlobalSelfAttention
 from groupattn.check import certify
@@ -631,7 +634,9 @@ def test_bad_inputs_are_refused_by_name() -> None:
     rope = RotaryPositionalEncoding(8, (2, 2))
     with pytest.raises(ShapeError, match="RotaryPositionalEncoding: expected query and key"):
         rope.relative_logits(torch.randn(1, 1, 3, 8), torch.randn(1, 1, 3, 8))
-    with pytest.raises(ShapeError, match="RotaryPositionalEncoding: expected cos and sin"):
+    with pytest.raises(
+        ShapeError, match=r"RotaryPositionalEncoding: expected N=4 tokens \(the grid 2x2\), got 3"
+    ):
         rope(torch.randn(1, 1, 3, 8), torch.randn(1, 1, 3, 8))
 
 
@@ -664,3 +669,318 @@ def test_apply_rotary_refuses_integer_input() -> None:
         DtypeError, match="RotaryPositionalEncoding: expected a floating-point query"
     ):
         rope(torch.ones(1, 1, 4, 8, dtype=torch.int64), torch.ones(1, 1, 4, 8))
+
+
+# ============================================================================ settings, tables and resources
+
+
+#: (class, a factory, the read-only settings): every construction-time setting a contract uses.
+READ_ONLY: list[tuple[str, Callable[[], nn.Module], tuple[str, ...]]] = [
+    ("Sinusoidal", lambda: SinusoidalPositionalEncoding(8, (4, 4)), ("dim", "grid", "prefix")),
+    ("Rotary", lambda: RotaryPositionalEncoding(8, (4, 4)), ("head_dim", "grid", "mode")),
+    (
+        "RotarySelfAttention",
+        lambda: RotarySelfAttention(8, 2, (4, 4)),
+        ("dim", "num_heads", "grid", "mode"),
+    ),
+    ("ALiBi", lambda: ALiBiBias((4, 4), 2), ("grid", "num_heads", "mode", "prefix")),
+    (
+        "LogSpaced",
+        lambda: LogSpacedContinuousBias((4, 4), 2, 8),
+        ("grid", "num_heads", "mode", "prefix", "hidden", "symmetric"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "make", "settings_"), READ_ONLY, ids=[r[0] for r in READ_ONLY])
+def test_construction_settings_are_read_only(
+    name: str, make: Callable[[], nn.Module], settings_: tuple[str, ...]
+) -> None:
+    module = make()
+    cls = type(module).__name__
+    for attribute in settings_:
+        before = getattr(module, attribute)
+        with pytest.raises(
+            AttributeError, match=f"{cls}: expected {attribute} to stay as constructed"
+        ):
+            setattr(module, attribute, "torus" if attribute == "mode" else before)
+        with pytest.raises(AttributeError, match=cls):
+            delattr(module, attribute)
+        assert getattr(module, attribute) == before
+
+
+def test_rope_mode_cannot_be_switched_under_its_tables() -> None:
+    """S1: switching ``mode`` after construction used to give a false equivariant contract."""
+    group = TorusTranslations(4, 4)
+    layer = RotarySelfAttention(8, 2, (4, 4), mode="plane").double()
+    with pytest.raises(AttributeError, match="RotaryPositionalEncoding: expected mode"):
+        layer.rotary.mode = "torus"
+    with pytest.raises(AttributeError, match="RotarySelfAttention: expected mode"):
+        layer.mode = "torus"
+    assert layer.rotary.mode == "plane"
+    assert layer.contract(group).kind == Status.BROKEN
+    assert max(_layer_errors(layer, group, (4, 4), 8)) > BREAKS
+
+
+#: (factory, the fixed table to edit): every fixed table whose values a contract assumes.
+FIXED_TABLES: list[tuple[str, Callable[[], nn.Module], str]] = [
+    ("rope-cos", lambda: RotaryPositionalEncoding(8, (4, 4), "torus"), "cos"),
+    ("rope-sin", lambda: RotaryPositionalEncoding(8, (4, 4), "torus"), "sin"),
+    ("sinusoidal", lambda: SinusoidalPositionalEncoding(8, (4, 4)), "encoding"),
+    ("alibi-slopes", lambda: ALiBiBias((4, 4), 2, "torus"), "slopes"),
+    ("alibi-distances", lambda: ALiBiBias((4, 4), 2, "torus"), "squared_distances"),
+    ("swinv2-features", lambda: LogSpacedContinuousBias((4, 4), 2, 8, "torus"), "features"),
+]
+
+
+@pytest.mark.parametrize(("name", "make", "table"), FIXED_TABLES, ids=[f[0] for f in FIXED_TABLES])
+def test_an_edited_fixed_table_makes_the_contract_unverified(
+    name: str, make: Callable[[], Any], table: str
+) -> None:
+    """S2: the contract is decided from the tables the module computes with."""
+    group = TorusTranslations(4, 4)
+    module = make()
+    before = module.contract(group).kind
+    with torch.no_grad():
+        getattr(module, table).view(-1)[1] += 0.5
+    contract = module.contract(group)
+    assert contract.kind == Status.UNVERIFIED
+    assert f"expected its table {table} to be the one its settings define" in (
+        contract.reason or ""
+    )
+    assert "changed after construction" in (contract.reason or "")
+    module.reset_tables()
+    assert module.contract(group).kind == before
+
+
+def test_edited_rope_tables_do_not_leave_the_layer_equivariant() -> None:
+    """S2 on the layer: edited cos used to keep 'equivariant' with an error of 0.41."""
+    group = TorusTranslations(4, 4)
+    layer = RotarySelfAttention(8, 2, (4, 4), mode="torus").double()
+    assert layer.contract(group).kind == Status.EQUIVARIANT
+    with torch.no_grad():
+        layer.rotary.cos[3] += 0.5
+    assert max(_layer_errors(layer, group, (4, 4), 8)) > BREAKS
+    contract = layer.contract(group)
+    assert contract.kind == Status.UNVERIFIED and "cos" in (contract.reason or "")
+
+
+@pytest.mark.parametrize(
+    "dtypes", [(torch.float32,), (torch.float32, torch.bfloat16), (torch.float16,)]
+)
+def test_tables_cast_to_another_dtype_keep_the_contract(dtypes: tuple[torch.dtype, ...]) -> None:
+    """Casting the module (also through float32 first) is not an edit of its tables."""
+    group = TorusTranslations(8, 8)
+    modules: list[nn.Module] = [
+        RotarySelfAttention(16, 2, (8, 8), "torus"),
+        ALiBiBias((8, 8), 3, "torus"),
+        LogSpacedContinuousBias((8, 8), 2, 8, "torus", True),
+    ]
+    for module in modules:
+        for dtype in dtypes:
+            module = module.to(dtype)
+        kind = cast(Any, module).contract(group).kind
+        assert kind in (Status.EQUIVARIANT, Status.INVARIANT), type(module).__name__
+
+
+DEFERRED: list[tuple[str, Callable[[], nn.Module], Callable[[], torch.Tensor]]] = [
+    (
+        "RotarySelfAttention",
+        lambda: RotarySelfAttention(8, 2, (4, 4), "torus"),
+        lambda: torch.randn(2, 16, 8),
+    ),
+    (
+        "Sinusoidal",
+        lambda: SinusoidalPositionalEncoding(8, (4, 4), prefix=1),
+        lambda: torch.randn(2, 17, 8),
+    ),
+    (
+        "ALiBi",
+        lambda: _attention(ALiBiBias((4, 4), 2, "torus"), (4, 4)),
+        lambda: torch.randn(2, 16, 8),
+    ),
+    (
+        "LogSpaced",
+        lambda: _attention(LogSpacedContinuousBias((4, 4), 2, 8, "torus", True), (4, 4)),
+        lambda: torch.randn(2, 16, 8),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "make", "data"), DEFERRED, ids=[d[0] for d in DEFERRED])
+def test_meta_to_empty_load_state_dict_round_trip(
+    name: str, make: Callable[[], nn.Module], data: Callable[[], torch.Tensor]
+) -> None:
+    """W1: fixed tables are recomputed by load_state_dict (and reported until then)."""
+    group = TorusTranslations(4, 4)
+    torch.manual_seed(9)
+    source = make().eval()
+    with torch.device("meta"):
+        deferred = make().eval()
+    deferred.to_empty(device="cpu")
+    with torch.no_grad():
+        for buffer in deferred.buffers():
+            buffer.fill_(float("nan"))  # what to_empty may leave
+    assert cast(Any, deferred).contract(group).kind == Status.UNVERIFIED
+    deferred.load_state_dict(source.state_dict())
+    x = data()
+    with torch.no_grad():
+        assert torch.equal(deferred(x), source(x))
+    assert cast(Any, deferred).contract(group) == cast(Any, source).contract(group)
+
+
+BAD_BIASES: list[tuple[str, Callable[[], Any], str]] = [
+    (
+        "heads",
+        lambda: GlobalSelfAttention(8, 2, (3, 3), bias=ALiBiBias((3, 3), 4)),
+        "expected a bias module with num_heads=2 (the layer's), got ALiBiBias with num_heads=4",
+    ),
+    (
+        "grid",
+        lambda: GlobalSelfAttention(8, 2, (4, 4), bias=ALiBiBias((3, 3), 2)),
+        "expected a bias module with grid=(4, 4) (the layer's), got ALiBiBias with grid=(3, 3)",
+    ),
+    (
+        "same-token-count",
+        lambda: GlobalSelfAttention(8, 2, (4, 4), bias=ALiBiBias((2, 8), 2)),
+        "expected a bias module with grid=(4, 4) (the layer's), got ALiBiBias with grid=(2, 8)",
+    ),
+    (
+        "prefix",
+        lambda: GlobalSelfAttention(8, 2, (4, 4), bias=ALiBiBias((4, 4), 2, prefix=1)),
+        "expected a bias module with prefix=0 (the layer's), got ALiBiBias with prefix=1",
+    ),
+    (
+        "swinv2-heads",
+        lambda: GlobalSelfAttention(8, 2, (4, 4), bias=LogSpacedContinuousBias((4, 4), 4, 8)),
+        "expected a bias module with num_heads=2 (the layer's), got LogSpacedContinuousBias with num_heads=4",
+    ),
+    (
+        "swinv2-grid",
+        lambda: GlobalSelfAttention(8, 2, (4, 4), bias=LogSpacedContinuousBias((3, 3), 2, 8)),
+        "expected a bias module with grid=(4, 4) (the layer's), got LogSpacedContinuousBias with grid=(3, 3)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "make", "message"), BAD_BIASES, ids=[b[0] for b in BAD_BIASES])
+def test_global_attention_refuses_a_bias_of_other_settings(
+    name: str, make: Callable[[], Any], message: str
+) -> None:
+    """E1: refused at construction, not deep in the kernel (or silently)."""
+    with pytest.raises(ConfigurationError, match="GlobalSelfAttention: " + _escape(message)):
+        make()
+    GlobalSelfAttention(8, 2, (4, 4), bias=ALiBiBias((4, 4), 2, prefix=1), prefix=1)  # matching
+
+
+def _escape(text: str) -> str:
+    return text.replace("(", r"\(").replace(")", r"\)")
+
+
+def test_apply_rotary_refuses_low_ranks_and_non_tensors() -> None:
+    """E2: no IndexError or AttributeError from inside."""
+    cos, sin = torch.ones(4, 4), torch.zeros(4, 4)
+    for query in (torch.randn(8), torch.randn(())):
+        with pytest.raises(
+            ShapeError, match=r"apply_rotary: expected query of shape \(\.\.\., N, d\) \(rank >= 2"
+        ):
+            apply_rotary(query, query, cos, sin)
+    for array in (numpy.ones((4, 8)), [[1.0] * 8] * 4):
+        with pytest.raises(
+            DtypeError, match=r"apply_rotary: expected query as a floating-point torch\.Tensor"
+        ):
+            apply_rotary(cast(Any, array), torch.ones(4, 8), cos, sin)
+    with pytest.raises(DtypeError, match="apply_rotary: expected cos as a floating-point"):
+        apply_rotary(torch.ones(4, 8), torch.ones(4, 8), cast(Any, numpy.ones((4, 4))), sin)
+
+
+def test_rope_names_the_token_count_it_expects() -> None:
+    """E3: the grid's token count is what is expected, the input's what it got."""
+    rope = RotaryPositionalEncoding(8, (3, 3))
+    with pytest.raises(ShapeError, match=r"expected N=9 tokens \(the grid 3x3\), got 8"):
+        rope(torch.randn(1, 2, 8, 8), torch.randn(1, 2, 8, 8))
+    with pytest.raises(ShapeError, match="expected a head width d=8, got 4"):
+        rope(torch.randn(1, 2, 9, 4), torch.randn(1, 2, 9, 4))
+
+
+HUGE: list[tuple[str, Callable[[], Any]]] = [
+    ("ALiBiBias", lambda: ALiBiBias((10000, 10000), 2)),
+    ("ALiBiBias", lambda: ALiBiBias((3000, 3000), 2, "torus")),
+    ("RotaryPositionalEncoding", lambda: RotaryPositionalEncoding(8, (10**6, 10**6))),
+    ("SinusoidalPositionalEncoding", lambda: SinusoidalPositionalEncoding(8, (10**6, 10**6))),
+    (
+        "LogSpacedContinuousBias",
+        lambda: LogSpacedContinuousBias((3000, 3000), 2, 16, "torus", True),
+    ),
+    (
+        "SinusoidalPositionalEncoding",
+        lambda: SinusoidalPositionalEncoding(8, (3, 3), prefix=10**12),
+    ),
+    ("ALiBiBias", lambda: ALiBiBias((3, 3), 2, prefix=10**9)),
+    ("LogSpacedContinuousBias", lambda: LogSpacedContinuousBias((3, 3), 2, 8, prefix=10**9)),
+]
+
+
+@pytest.mark.parametrize(("name", "make"), HUGE, ids=[f"{h[0]}-{i}" for i, h in enumerate(HUGE)])
+def test_tables_over_the_memory_limit_are_refused_up_front(
+    name: str, make: Callable[[], Any]
+) -> None:
+    """E4: sizes that would need over 1 TB are refused before any allocation, in < 0.5 s."""
+    start = time.perf_counter()
+    with pytest.raises(
+        ConfigurationError,
+        match=rf"{name}: expected .* to fit in the memory limit of .*, got .*(TiB|PiB)",
+    ):
+        make()
+    assert time.perf_counter() - start < 0.5
+
+
+def test_model_sizing_refuses_pair_tables_over_its_budget() -> None:
+    """E4: the constructors announce their real (non-meta) tables to ``estimate_model_memory``."""
+    with pytest.raises(BudgetError, match="ALiBiBias: the labels of the 4096x4096 token pairs"):
+        estimate_model_memory(
+            lambda: GlobalSelfAttention(8, 2, (64, 64), bias=ALiBiBias((64, 64), 2)),
+            (1, 4096, 8),
+            budget=2**20,
+        )
+
+
+def test_contract_reasons_tell_types_apart_and_name_the_group() -> None:
+    """E5: no 'expected X, got X'; no rotations or reflections in a translation group's reason."""
+    grid_as_list = TokenField(cast(Any, [4, 4]))
+    for layer in (SinusoidalPositionalEncoding(8, (4, 4)), RotarySelfAttention(8, 2, (4, 4))):
+        reason = layer.contract(TorusTranslations(4, 4), grid_as_list).reason or ""
+        expected, got = reason.split("expected input type ")[1].split(", got ", 1)
+        assert got != expected and "grid=[4, 4]" in got
+    group = TorusTranslations(2, 8)
+    for module in (
+        RotaryPositionalEncoding(8, (4, 4), "torus"),
+        LogSpacedContinuousBias((4, 4), 2, 8, "torus"),
+        ALiBiBias((4, 4), 2, "torus"),
+    ):
+        contract = module.contract(group, TokenField((2, 8)))
+        assert contract.kind == Status.BROKEN
+        assert "rotation" not in (contract.reason or "") and "reflection" not in (
+            contract.reason or ""
+        )
+        assert group.name in (contract.reason or "")
+
+
+def test_relative_logits_refuses_integer_queries() -> None:
+    rope = RotaryPositionalEncoding(8, (2, 2))
+    with pytest.raises(
+        DtypeError, match="RotaryPositionalEncoding: expected a floating-point query"
+    ):
+        rope.relative_logits(torch.ones(1, 1, 4, 8, dtype=torch.int64), torch.ones(1, 1, 4, 8))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
+def test_rotary_attention_refuses_another_dtype_than_its_weights(dtype: torch.dtype) -> None:
+    layer = RotarySelfAttention(8, 2, (3, 3))
+    with pytest.raises(
+        DtypeError,
+        match=f"RotarySelfAttention: expected an input of dtype torch.float32 .*got {dtype}",
+    ):
+        layer(torch.randn(2, 9, 8, dtype=dtype))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert layer(torch.randn(2, 9, 8, dtype=torch.bfloat16)).shape == (2, 9, 8)

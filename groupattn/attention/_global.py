@@ -84,6 +84,35 @@ def check_heads(dim: int, num_heads: int, module: str = "check_heads") -> None:
         )
 
 
+def _check_bias_settings(
+    bias: nn.Module | None, grid: tuple[int, int], num_heads: int, prefix: int
+) -> None:
+    """Refuse a bias module whose ``grid``, ``num_heads`` or ``prefix`` differ from the layer's.
+
+    Only the attributes the module has are compared (a user's bias need not state them);
+    a grid of the same token count in another shape (``(2, 8)`` in a ``4x4`` layer)
+    is refused too: its pairs are other pairs.
+
+    Raises
+    ------
+    ConfigurationError
+        Naming GlobalSelfAttention, the layer's value and the bias's.
+    """
+    if bias is None:
+        return
+    expected = {"grid": tuple(grid), "num_heads": num_heads, "prefix": prefix}
+    for name, value in expected.items():
+        if not hasattr(bias, name):
+            continue
+        got = getattr(bias, name)
+        got = tuple(got) if name == "grid" and isinstance(got, (list, tuple)) else got
+        if got != value:
+            raise ConfigurationError(
+                f"GlobalSelfAttention: expected a bias module with {name}={value!r} (the layer's), got "
+                f"{type(bias).__name__} with {name}={got!r}"
+            )
+
+
 class GlobalSelfAttention(EquivariantModule):
     """Multi-head self-attention over all tokens of a grid, plus an optional pairwise bias.
 
@@ -133,6 +162,7 @@ class GlobalSelfAttention(EquivariantModule):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
         self.bias = make_relative_bias(bias, self.grid, num_heads, prefix)
+        _check_bias_settings(self.bias, self.grid, num_heads, prefix)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Attend over all tokens."""

@@ -238,8 +238,10 @@ def choose_implementation(
     [`attention_implementation`][groupattn.attention.attention_implementation]):
 
     1. ``"factorised"`` when ``window_bias`` is given and its spread within each window
-       fits the dtype (80 in float32, 700 in float64, 9 in float16; not checked while
-       ``torch.compile`` traces);
+       fits the dtype (80 in float32, 700 in float64, 9 in float16). The check reads the
+       bias's values (a host synchronisation on a GPU); while ``torch.compile`` traces it
+       cannot run, and ``"auto"`` computes the windows problem densely instead (a forced
+       ``"factorised"`` then runs unchecked);
     2. else ``"chunked"`` when the bias (``window_bias`` for a windows problem) requires
        a gradient, gradients are enabled and ``dropout == 0``;
     3. else ``"sdpa"``.
@@ -276,7 +278,13 @@ def choose_implementation(
     """
     forced = _forced
     if window_bias is not None:
-        if forced in ("auto", "factorised"):
+        if torch.compiler.is_compiling() and forced in ("auto", "factorised"):
+            # the spread check reads the bias's values, which a compiled graph cannot branch
+            # on: "auto" takes the exact dense path (the same values as eager up to
+            # rounding); a forced "factorised" runs unchecked, as the user asked
+            if forced == "factorised":
+                return "factorised"
+        elif forced in ("auto", "factorised"):
             if _spread_fits(window_bias, query.dtype):
                 return "factorised"
             if forced == "factorised":

@@ -11,6 +11,7 @@ which case autocast chooses the precision of every operation.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
@@ -22,8 +23,12 @@ __all__ = ["check_model_input", "install_input_check"]
 
 
 def _parameter_dtype(module: nn.Module) -> torch.dtype | None:
-    """The dtype of the module's first floating parameter (or buffer); ``None`` if it has none."""
-    for tensor in (*module.parameters(), *module.buffers()):
+    """The dtype of the module's first floating parameter (or buffer); ``None`` if it has none.
+
+    Stops at the first floating tensor: ``torch.compile`` traces this on every model call,
+    and listing every parameter there costs trace time (and guards) for nothing.
+    """
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
         if tensor.is_floating_point():
             return tensor.dtype
     return None

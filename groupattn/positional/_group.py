@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from functools import cache, lru_cache
 from typing import cast
 
 import torch
@@ -35,6 +34,7 @@ from torch import nn
 from .._deprecation import DeprecatedAttribute, renamed_arguments
 from .._errors import ConfigurationError, ShapeError
 from ..groups import GroupError, PointGroup, integer_matrix, real_matrix
+from ._constants import constant_cache
 from ._orbital import IndexedTable, gather_pair_table
 
 __all__ = [
@@ -74,7 +74,7 @@ def _snap(value: float) -> float:
     return rounded if abs(value - rounded) < 1e-12 else value
 
 
-@cache
+@constant_cache(maxsize=None)
 def point_group_tables(point_group: PointGroup) -> PointGroupTables:
     """The inverse and relative-element tables and the ``h⁻¹`` matrices of a point group.
 
@@ -206,7 +206,7 @@ def _centered(residue: torch.Tensor, n: int) -> torch.Tensor:
     return (residue + n // 2) % n - n // 2
 
 
-@lru_cache(maxsize=64)
+@constant_cache(maxsize=64)
 def relative_geometry(
     point_group: PointGroup,
     height: int,
@@ -712,7 +712,7 @@ def _tile_side(side: int, limit: int) -> int:
     return max(t for t in range(1, min(side, limit) + 1) if side % t == 0)
 
 
-@lru_cache(maxsize=64)
+@constant_cache(maxsize=64)
 def window_tiling(
     height: int, width: int, neighbourhood: int, circular: bool, max_tile: int = 8
 ) -> WindowTiling:

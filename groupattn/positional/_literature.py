@@ -23,22 +23,32 @@ every contract is decided exactly from those labels by
 it is *equivariant*) exactly when every generator preserves the labels, *breaks* with a
 witness pair otherwise, *unknown* when the layout does not say how the group moves the
 tokens.
+
+Every contract is decided from the module's construction-time settings (read-only
+afterwards: assigning one raises ``AttributeError``) and from the fixed tables it
+computes with; a table that differs from the one its settings define makes the
+contract *unknown*. The fixed tables are non-persistent buffers that ``load_state_dict``
+(and ``reset_tables``) recompute, so ``meta`` → ``to_empty`` → ``load_state_dict`` gives
+the original module. Every constructor refuses, before allocating, tables over
+``default_max_memory`` (and announces them to model sizing through ``reserve``).
 """
 
 from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Literal, cast
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, Literal, TypeVar, cast, overload
 
 import torch
 from einops import rearrange
 from torch import nn
 
 from .._errors import ConfigurationError, DtypeError, ShapeError
+from .._resources import default_max_memory, format_bytes, reserve, tensor_bytes
 from ..actions import FieldType, TokenField, check_grid
 from ..contracts import Contract, EquivariantModule, Status
-from ..groups import Group, GroupError
+from ..groups import Group, GroupError, TorusTranslations
 from ._orbital import IndexedTable, labels_contract, token_permutation
 
 __all__ = [
@@ -54,6 +64,154 @@ Mode = Literal["plane", "torus"]
 
 #: The wavelength base of the sinusoidal encoding and of RoPE's planar frequencies.
 _BASE = 10000.0
+
+_T = TypeVar("_T")
+
+#: Bytes of one int64 (or float64) entry.
+_WORD = 8
+
+
+class _Fixed(Generic[_T]):
+    """A construction-time setting: assigned once in ``__init__``, read-only afterwards.
+
+    The contract of every class of this module is decided from its settings (grid,
+    mode, width, …) and its fixed tables are computed from them at construction: a
+    later assignment would leave the tables of the old settings under a contract of the
+    new ones. Assigning (or deleting) it again raises ``AttributeError`` naming the
+    class; build a new module instead.
+    """
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> _Fixed[_T]: ...
+
+    @overload
+    def __get__(self, obj: object, objtype: type | None = None) -> _T: ...
+
+    def __get__(self, obj: object | None, objtype: type | None = None) -> _T | _Fixed[_T]:
+        if obj is None:
+            return self
+        try:
+            return cast(_T, obj.__dict__["_fixed_" + self.name])
+        except KeyError:
+            raise AttributeError(
+                f"{type(obj).__name__}: {self.name} is not set yet (it is set in __init__)"
+            ) from None
+
+    def __set__(self, obj: object, value: _T) -> None:
+        if "_fixed_" + self.name in obj.__dict__:
+            _refuse_assignment(obj, self.name, value)
+        obj.__dict__["_fixed_" + self.name] = value
+
+    def __delete__(self, obj: object) -> None:
+        _refuse_assignment(obj, self.name, None, deleting=True)
+
+
+def _refuse_assignment(obj: object, name: str, value: object, deleting: bool = False) -> None:
+    cls = type(obj).__name__
+    got = f"del {name}" if deleting else f"{name} = {value!r}"
+    raise AttributeError(
+        f"{cls}: expected {name} to stay as constructed ({name}={getattr(obj, name)!r}: its tables "
+        f"and its contract are computed from it), got {got}; build a new {cls} instead"
+    )
+
+
+def _check_memory(
+    module: str, nbytes: int, what: str, hint: str = "a smaller grid or prefix"
+) -> None:
+    """Announce ``nbytes`` to model sizing (``reserve``) and refuse it over ``default_max_memory``.
+
+    Called by every constructor of this module *before* it allocates its tables, with an
+    estimate of the peak it will reach (tables, pair tables and their intermediates).
+
+    Raises
+    ------
+    BudgetError
+        While a model is being sized (``estimate_model_memory``) over its budget.
+    ConfigurationError
+        Over ``default_max_memory()`` (half of the machine's memory).
+    """
+    reserve(nbytes, f"{module}: {what}")
+    limit = default_max_memory()
+    if nbytes > limit:
+        raise ConfigurationError(
+            f"{module}: expected {what} to fit in the memory limit of {format_bytes(limit)} "
+            f"(half of this machine's memory), got {format_bytes(nbytes)}; use {hint}"
+        )
+
+
+def _on_cpu(compute: Callable[[], _T]) -> _T:
+    """Run ``compute`` with CPU as the default device (fixed tables are computed there, in float64)."""
+    with torch.device("cpu"):
+        return compute()
+
+
+def _placed(table: torch.Tensor) -> torch.Tensor:
+    """A CPU table moved to the default device (``meta`` inside ``with torch.device("meta")``)."""
+    device = torch.get_default_device()
+    return table if device.type == "cpu" else table.to(device)
+
+
+def _labels_placed(labels: torch.Tensor) -> torch.Tensor:
+    """CPU labels moved to the default device, except ``meta``: labels (integers computed from
+    the settings, not a buffer) stay real, so a module built on ``meta`` has them after ``to_empty``."""
+    device = torch.get_default_device()
+    return labels if device.type in ("cpu", "meta") else labels.to(device)
+
+
+def _same_table(actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Whether ``actual`` holds ``expected`` (float64, CPU), rounded to its own dtype.
+
+    Exact equality with ``expected`` cast to ``actual``'s dtype, or — for a table cast
+    through another dtype first (float64 → float32 → bfloat16) — within one unit in the
+    last place of ``actual``'s dtype of each entry: nothing that changes what the module
+    computes beyond the rounding of its dtype passes.
+    """
+    if actual.shape != expected.shape or not actual.is_floating_point():
+        return False
+    expected = expected.to(device=actual.device)
+    if torch.equal(actual, expected.to(dtype=actual.dtype)):
+        return True
+    info = torch.finfo(actual.dtype)
+    bound = info.eps * expected.abs().clamp_min(info.tiny)
+    return bool(((actual.double() - expected).abs() <= bound).all())
+
+
+def _stale_table(module: nn.Module, expected: Mapping[str, torch.Tensor]) -> str | None:
+    """Why the module's fixed tables are not those its settings define (``None``: they are)."""
+    for name, table in expected.items():
+        actual = getattr(module, name)
+        if actual.is_meta:
+            return (
+                f"its table {name} is on the meta device (no values): load a checkpoint or call "
+                f"reset_tables() after to_empty()"
+            )
+        if not _same_table(actual, table):
+            return (
+                f"expected its table {name} to be the one its settings define, got a table that was "
+                f"changed after construction (edited in place, left by to_empty(), or replaced); "
+                f"call reset_tables() to recompute it"
+            )
+    return None
+
+
+def _reset_tables(module: nn.Module, expected: Mapping[str, torch.Tensor]) -> None:
+    """Copy the fixed tables ``expected`` (float64, CPU) into the module's buffers, in their dtype and device."""
+    with torch.no_grad():
+        for name, table in expected.items():
+            actual = getattr(module, name)
+            if actual.is_meta:
+                continue  # no storage to fill: to_empty() first
+            if actual.shape != table.shape:
+                setattr(module, name, table.to(dtype=actual.dtype, device=actual.device))
+            else:
+                actual.copy_(table.to(device=actual.device))
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -96,6 +254,9 @@ def _pair_offsets(grid: tuple[int, int], mode: Mode) -> tuple[torch.Tensor, torc
 def _compact(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Labels ``0..K−1`` for the distinct rows of ``keys`` ``(..., F)``, and the distinct rows ``(K, F)``."""
     flat = keys.reshape(-1, keys.shape[-1])
+    if flat.shape[1] == 1:  # the same labels, without the row sort's copies of every row
+        unique, inverse = torch.unique(flat[:, 0], return_inverse=True)
+        return inverse.reshape(keys.shape[:-1]), unique[:, None]
     unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
     return inverse.reshape(keys.shape[:-1]), unique
 
@@ -117,10 +278,70 @@ class _GridPairBias(IndexedTable):
     which never had the deprecated ``heads`` alias.
     """
 
-    def __init__(self, num_heads: int, prefix: int, module: str) -> None:
+    num_heads = _Fixed[int]("Number of attention heads (read-only).")
+    prefix = _Fixed[int]("Leading non-grid tokens, bias 0 (read-only).")
+    grid = _Fixed[tuple[int, int]]("Token grid ``(h, w)`` (read-only).")
+    mode = _Fixed[Mode]('``"plane"`` or ``"torus"`` (read-only).')
+
+    def __init__(
+        self,
+        grid: tuple[int, int],
+        num_heads: int,
+        mode: Mode,
+        prefix: int,
+        module: str,
+        pair_tables: int,
+        value_bytes: int,
+    ) -> None:
+        """Check and set the settings; refuse the pair tables and the bias over the memory limit.
+
+        ``pair_tables`` is the peak number of ``(N, N)`` int64 tables the subclass allocates
+        while computing its labels; ``value_bytes`` the bytes of one entry of the bias it
+        returns, ``(heads, prefix + N, prefix + N)``.
+        """
         super().__init__()
-        self.num_heads = _check_int(num_heads, module, "num_heads", 1)
-        self.prefix = _check_int(prefix, module, "prefix", 0)
+        num_heads = _check_int(num_heads, module, "num_heads", 1)
+        prefix = _check_int(prefix, module, "prefix", 0)
+        grid = check_grid(grid, module)
+        mode = _check_mode(mode, module)
+        n = grid[0] * grid[1]
+        _check_memory(
+            module,
+            pair_tables * tensor_bytes((n, n), torch.int64),
+            f"the labels of the {n}x{n} token pairs of a {grid[0]}x{grid[1]} grid",
+        )
+        _check_memory(
+            module,
+            num_heads * (prefix + n) ** 2 * value_bytes,
+            f"the bias it returns, ({num_heads}, {prefix} + {n}, {prefix} + {n})",
+        )
+        self.num_heads, self.prefix, self.grid, self.mode = num_heads, prefix, grid, mode
+
+    def _fixed_tables(self) -> dict[str, torch.Tensor]:
+        """The fixed (non-learned) tables the settings define, float64 (none by default)."""
+        return {}
+
+    def reset_tables(self) -> None:
+        """Recompute the fixed tables (non-persistent buffers) from the settings, in their dtype and device.
+
+        ``load_state_dict`` calls this, so a module built on the ``meta`` device,
+        materialised with ``to_empty`` and loaded from a checkpoint computes with the
+        tables its settings define (a checkpoint holds no copy of them). Call it after
+        ``to_empty`` without a checkpoint.
+        """
+        _reset_tables(self, _on_cpu(self._fixed_tables))
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        super()._load_from_state_dict(*args, **kwargs)
+        self.reset_tables()
+
+    def _stale(self) -> Contract | None:
+        """*Unknown* when a fixed table is not the one the settings define, else ``None``."""
+        stale = _stale_table(self, _on_cpu(self._fixed_tables))
+        if stale is None:
+            return None
+        field = TokenField(self.grid, prefix=self.prefix)
+        return Contract.unknown(f"{type(self).__name__}: {stale}", field)
 
     def values(self) -> torch.Tensor:
         """``(heads, K)``: one value per label and head."""
@@ -142,6 +363,16 @@ class _GridPairBias(IndexedTable):
 
 def _token_field(input_type: Any, default: TokenField) -> FieldType:
     return input_type if isinstance(input_type, FieldType) else default
+
+
+def _other_input_type(module: str, expected: FieldType, got: Any) -> Contract:
+    """*Unknown*: the contract is stated for ``expected`` only (the message tells the two apart)."""
+    described = got.describe() if isinstance(got, FieldType) else repr(got)
+    if described == expected.describe():  # equal descriptions of unequal types: show both
+        described += f" ({got!r}, not equal to {expected!r})"
+    return Contract.unknown(
+        f"{module}: expected input type {expected.describe()}, got {described}", got
+    )
 
 
 # ----------------------------------------------------------------------------- sinusoidal
@@ -184,7 +415,9 @@ class SinusoidalPositionalEncoding(EquivariantModule):
     at frequency 1 determine it), so ``x + PE`` cannot move with ``x``. *Equivariant*
     under a group that moves no token; *unknown* for a group the token layout cannot act
     with. Decided from the generators' token permutations
-    ([`token_permutation`][groupattn.positional.token_permutation]).
+    ([`token_permutation`][groupattn.positional.token_permutation]); *unknown* when the table
+    it adds is not the one its settings define (edited after construction). The settings
+    are read-only; ``load_state_dict`` and ``reset_tables`` recompute the table.
 
     Shapes: ``(B, prefix + h·w, dim) → (B, prefix + h·w, dim)``.
 
@@ -212,32 +445,65 @@ class SinusoidalPositionalEncoding(EquivariantModule):
 
     floating_input = True
     encoding: torch.Tensor
+    dim = _Fixed[int]("Token width ``C`` (read-only).")
+    grid = _Fixed[tuple[int, int]]("Token grid ``(h, w)`` (read-only).")
+    prefix = _Fixed[int]("Leading non-grid tokens (read-only).")
 
     def __init__(self, dim: int, grid: tuple[int, int], prefix: int = 0) -> None:
         name = "SinusoidalPositionalEncoding"
         dim = _check_int(dim, name, "dim", 4, 4)
         prefix = _check_int(prefix, name, "prefix", 0)
         grid = check_grid(grid, name)
+        n = grid[0] * grid[1]
+        # the table (prefix + N, dim), its unpadded copy, the angles, sin, cos and their stack
+        _check_memory(
+            name,
+            tensor_bytes((prefix + n, dim), torch.float64) * 2 + 4 * _WORD * n * dim,
+            f"the table of {prefix} + {grid[0]}x{grid[1]} tokens of width {dim}",
+        )
         field = TokenField(grid, prefix=prefix)
         super().__init__(field, field, in_channels=dim)
         self.dim, self.grid, self.prefix = dim, grid, prefix
-        table = nn.functional.pad(sinusoidal_table(dim, grid), (0, 0, prefix, 0))
-        self.register_buffer("encoding", table.unsqueeze(0), persistent=False)
+        self.register_buffer(
+            "encoding", _placed(_on_cpu(self._fixed_tables)["encoding"]), persistent=False
+        )
+
+    def _fixed_tables(self) -> dict[str, torch.Tensor]:
+        """The tables the settings define, float64 on the default device: ``encoding``."""
+        table = nn.functional.pad(sinusoidal_table(self.dim, self.grid), (0, 0, self.prefix, 0))
+        return {"encoding": table.unsqueeze(0)}
+
+    def reset_tables(self) -> None:
+        """Recompute the fixed table ``encoding`` from the settings, in its dtype and device.
+
+        The table is a non-persistent buffer (checkpoints hold no copy of what the settings
+        define); ``load_state_dict`` calls this, so a module built on the ``meta``
+        device, materialised with ``to_empty`` and loaded from a checkpoint computes
+        with the right table. Call it after ``to_empty`` without a checkpoint.
+        """
+        _reset_tables(self, _on_cpu(self._fixed_tables))
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        super()._load_from_state_dict(*args, **kwargs)
+        self.reset_tables()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Add the encoding (the input is checked before, see the class docstring)."""
         return x + self.encoding.to(dtype=x.dtype)
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
-        """Breaks under every group that moves a token (see the class docstring)."""
+        """Breaks under every group that moves a token (see the class docstring).
+
+        *Unknown* when the table it adds is not the one its settings define (edited
+        after construction).
+        """
         name = "SinusoidalPositionalEncoding"
         if input_type is not None and input_type != self.in_type:
-            return Contract.unknown(
-                f"{name}: expected input type {self.in_type.describe()}, got "
-                f"{input_type.describe() if isinstance(input_type, FieldType) else repr(input_type)}",
-                input_type,
-            )
+            return _other_input_type(name, self.in_type, input_type)
         field = self.in_type
+        stale = _stale_table(self, _on_cpu(self._fixed_tables))
+        if stale is not None:
+            return Contract.unknown(f"{name}: {stale}", field)
         n = self.prefix + self.grid[0] * self.grid[1]
         try:
             generators = group.generators()
@@ -295,28 +561,49 @@ def apply_rotary(
     Raises
     ------
     ShapeError
-        For an odd width, or tables that do not match the tokens and width.
+        For a query or key of rank < 2, an odd width, or tables that do not match the
+        tokens and width.
     DtypeError
-        For integer or bool queries, keys or tables (never cast to an integer type).
+        For inputs that are not tensors, or integer or bool queries, keys or tables (never
+        cast to an integer type).
     """
-    for what, tensor in (("query", query), ("key", key), ("cos", cos), ("sin", sin)):
+    _check_rotary_inputs(query, key, cos, sin, module)
+    n, d = query.shape[-2], query.shape[-1]
+    if cos.shape != (n, d // 2) or sin.shape != (n, d // 2):
+        raise ShapeError(
+            f"{module}: expected cos and sin of shape (N, d/2) = ({n}, {d // 2}) for a query of shape "
+            f"{tuple(query.shape)}, got {tuple(cos.shape)} and {tuple(sin.shape)}"
+        )
+    cos, sin = cos.to(dtype=query.dtype), sin.to(dtype=query.dtype)
+    return _rotate(query, cos, sin), _rotate(key, cos, sin)
+
+
+def _check_rotary_inputs(
+    query: Any, key: Any, cos: Any, sin: Any, module: str, tables: bool = True
+) -> None:
+    """Floating tensors; query and key ``(..., N, d)`` (rank >= 2) of equal ``N`` and ``d``, ``d`` even."""
+    named = [("query", query), ("key", key)] + ([("cos", cos), ("sin", sin)] if tables else [])
+    for what, tensor in named:
+        if not isinstance(tensor, torch.Tensor):
+            raise DtypeError(
+                f"{module}: expected {what} as a floating-point torch.Tensor, got {type(tensor).__name__} "
+                f"(convert it with torch.as_tensor(..., dtype=torch.float32) first)"
+            )
         if not tensor.is_floating_point():
             raise DtypeError(
                 f"{module}: expected a floating-point {what} (float32, float64, …), got {tensor.dtype}"
             )
-    n, d = query.shape[-2], query.shape[-1]
-    if d % 2 or key.shape[-2:] != query.shape[-2:]:
+    for what, tensor in (("query", query), ("key", key)):
+        if tensor.dim() < 2:
+            raise ShapeError(
+                f"{module}: expected {what} of shape (..., N, d) (rank >= 2: tokens and channels), got "
+                f"a tensor of shape {tuple(tensor.shape)}"
+            )
+    if query.shape[-1] % 2 or key.shape[-2:] != query.shape[-2:]:
         raise ShapeError(
             f"{module}: expected query and key (..., N, d) with the same N and an even d, got "
             f"{tuple(query.shape)} and {tuple(key.shape)}"
         )
-    if cos.shape != (n, d // 2) or sin.shape != (n, d // 2):
-        raise ShapeError(
-            f"{module}: expected cos and sin of shape (N={n}, d/2={d // 2}), got "
-            f"{tuple(cos.shape)} and {tuple(sin.shape)}"
-        )
-    cos, sin = cos.to(dtype=query.dtype), sin.to(dtype=query.dtype)
-    return _rotate(query, cos, sin), _rotate(key, cos, sin)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -347,7 +634,9 @@ class RotaryPositionalEncoding(nn.Module):
     rotated or reflected offset is another matrix (``R(−Δ) = R(Δ)ᵀ``).
 
     The tables ``cos``/``sin`` ``(h·w, d/2)`` are non-persistent float64 buffers (cast to
-    the queries' dtype). [`relative_logits`][groupattn.positional.RotaryPositionalEncoding.relative_logits]
+    the queries' dtype), computed from the settings ``head_dim``, ``grid`` and ``mode``
+    (read-only after construction) and recomputed by ``load_state_dict`` and
+    [`reset_tables`][groupattn.positional.RotaryPositionalEncoding.reset_tables]. [`relative_logits`][groupattn.positional.RotaryPositionalEncoding.relative_logits]
     computes the same logits from a table of the relative rotations ``R(j − i)``
     (``O(N²·d)`` memory), the form in which an operator-by-operator checker can see that
     they are invariant.
@@ -357,7 +646,9 @@ class RotaryPositionalEncoding(nn.Module):
     relative rotations — torus mode under ``TorusTranslations(h, w)``; otherwise
     *breaks* with a witness pair (plane mode under translations of the torus; both
     modes under C4, D4, p4, p4m), or *unknown* if ``TokenField(grid)`` does not say how
-    the group moves the tokens. Decided by [`labels_contract`][groupattn.positional.labels_contract].
+    the group moves the tokens. Decided by [`labels_contract`][groupattn.positional.labels_contract],
+    and only for the tables its settings define: *unknown* when ``cos``/``sin`` were
+    changed after construction (edited in place, left uninitialised by ``to_empty``).
 
     Shapes: ``(B, heads, h·w, d), (B, heads, h·w, d) → (B, heads, h·w, d), (B, heads, h·w, d)``.
 
@@ -373,23 +664,56 @@ class RotaryPositionalEncoding(nn.Module):
     Raises
     ------
     ConfigurationError
-        For a ``head_dim`` that is not a positive multiple of 4, a bad grid or mode.
+        For a ``head_dim`` that is not a positive multiple of 4, a bad grid or mode, or
+        tables over the memory limit (``default_max_memory``).
     """
 
     cos: torch.Tensor
     sin: torch.Tensor
+    head_dim = _Fixed[int]("The query/key width per head ``d`` (read-only).")
+    grid = _Fixed[tuple[int, int]]("Token grid ``(h, w)`` (read-only).")
+    mode = _Fixed[Mode]('``"plane"`` or ``"torus"``: the frequencies (read-only).')
 
     def __init__(self, head_dim: int, grid: tuple[int, int], mode: Mode = "plane") -> None:
         super().__init__()
         name = "RotaryPositionalEncoding"
-        self.head_dim = _check_int(head_dim, name, "head_dim", 4, 4)
-        self.grid = check_grid(grid, name)
-        self.mode = _check_mode(mode, name)
+        head_dim = _check_int(head_dim, name, "head_dim", 4, 4)
+        grid = check_grid(grid, name)
+        mode = _check_mode(mode, name)
+        n = grid[0] * grid[1]
+        # cos, sin and the angles (N, d/2), the per-axis angles and residues, the coordinates
+        _check_memory(
+            name,
+            5 * tensor_bytes((n, head_dim // 2), torch.float64) + 4 * _WORD * n,
+            f"the tables of {grid[0]}x{grid[1]} tokens of head width {head_dim}",
+            "a smaller grid",
+        )
+        self.head_dim, self.grid, self.mode = head_dim, grid, mode
+        tables = _on_cpu(self._fixed_tables)
+        self.register_buffer("cos", _placed(tables["cos"]), persistent=False)
+        self.register_buffer("sin", _placed(tables["sin"]), persistent=False)
+        self._relative: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _fixed_tables(self) -> dict[str, torch.Tensor]:
+        """The tables the settings define, float64 on the default device: ``cos`` and ``sin``."""
         ys, xs = _coordinates(self.grid)
         angles = torch.cat([self._angles(ys, 0), self._angles(xs, 1)], dim=1)  # (N, d/2)
-        self.register_buffer("cos", angles.cos(), persistent=False)
-        self.register_buffer("sin", angles.sin(), persistent=False)
-        self._relative: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        return {"cos": angles.cos(), "sin": angles.sin()}
+
+    def reset_tables(self) -> None:
+        """Recompute ``cos`` and ``sin`` from the settings, in their dtype and device.
+
+        They are non-persistent buffers (a checkpoint holds no copy of what the settings
+        define, and older checkpoints stay loadable); ``load_state_dict`` calls this, so a
+        module built on the ``meta`` device, materialised with ``to_empty`` and loaded
+        from a checkpoint rotates by the right angles. Call it after ``to_empty`` without
+        a checkpoint.
+        """
+        _reset_tables(self, _on_cpu(self._fixed_tables))
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        super()._load_from_state_dict(*args, **kwargs)
+        self.reset_tables()
 
     @property
     def pairs_per_axis(self) -> int:
@@ -417,8 +741,33 @@ class RotaryPositionalEncoding(nn.Module):
         return offsets[..., None].double() * self.frequencies(axis)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate queries and keys ``(B, heads, h·w, d)`` by their tokens' angles."""
-        return apply_rotary(query, key, self.cos, self.sin, module="RotaryPositionalEncoding")
+        """Rotate queries and keys ``(B, heads, h·w, d)`` by their tokens' angles.
+
+        Raises
+        ------
+        ShapeError
+            For queries or keys of another token count than ``h·w`` or another width
+            than ``head_dim``.
+        DtypeError
+            For integer or bool queries or keys, or non-tensors.
+        """
+        name = "RotaryPositionalEncoding"
+        self._check_tokens(query, key, name)
+        return apply_rotary(query, key, self.cos, self.sin, module=name)
+
+    def _check_tokens(self, query: Any, key: Any, name: str) -> None:
+        _check_rotary_inputs(query, key, None, None, name, tables=False)
+        (h, w), d = self.grid, self.head_dim
+        if query.shape[-2] != h * w:
+            raise ShapeError(
+                f"{name}: expected N={h * w} tokens (the grid {h}x{w}), got {query.shape[-2]} "
+                f"(query and key of shape {tuple(query.shape)})"
+            )
+        if query.shape[-1] != d:
+            raise ShapeError(
+                f"{name}: expected a head width d={d}, got {query.shape[-1]} (query and key of "
+                f"shape {tuple(query.shape)})"
+            )
 
     def pair_labels(self) -> torch.Tensor:
         """``(N, N)`` long: one label per distinct relative rotation ``R(j − i)`` of the pairs.
@@ -457,8 +806,16 @@ class RotaryPositionalEncoding(nn.Module):
         -------
         torch.Tensor
             ``(B, heads, h·w, h·w)``, not scaled by ``1/√d``.
+
+        Raises
+        ------
+        ShapeError
+            For queries and keys not ``(B, heads, h·w, head_dim)`` of equal shape.
+        DtypeError
+            For integer or bool queries or keys (as ``forward``).
         """
         n, d = self.grid[0] * self.grid[1], self.head_dim
+        _check_rotary_inputs(query, key, None, None, "RotaryPositionalEncoding", tables=False)
         if query.dim() != 4 or query.shape[-2:] != (n, d) or key.shape != query.shape:
             raise ShapeError(
                 f"RotaryPositionalEncoding: expected query and key (B, heads, N={n}, d={d}) of equal "
@@ -478,15 +835,29 @@ class RotaryPositionalEncoding(nn.Module):
         return self._relative[device]
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
-        """Invariant exactly when the group preserves the relative rotations (see the class docstring)."""
+        """Invariant exactly when the group preserves the relative rotations (see the class docstring).
+
+        *Unknown* when ``cos``/``sin`` are not the tables the settings define.
+        """
+        name = "RotaryPositionalEncoding"
         field = _token_field(input_type, TokenField(self.grid))
-        reason = (
-            "RoPE with planar frequencies: a circular shift changes the planar offset of the "
-            "pairs it wraps around"
-            if self.mode == "plane"
-            else "RoPE's relative rotation R(j − i) is not invariant under rotations or reflections"
-        )
-        return labels_contract(self.pair_labels(), group, field, "RotaryPositionalEncoding", reason)
+        stale = _stale_table(self, _on_cpu(self._fixed_tables))
+        if stale is not None:
+            return Contract.unknown(f"{name}: {stale}", field)
+        h, w = self.grid
+        if self.mode == "plane":
+            reason = (
+                f"RoPE with planar frequencies: R(j − i) depends on the planar offset j − i, which "
+                f"{group.name} does not preserve"
+            )
+            if isinstance(group, TorusTranslations):
+                reason += " (a circular shift changes the offset of the pairs it wraps around)"
+        else:
+            reason = (
+                f"RoPE with torus frequencies: R(j − i) depends on the circular offset "
+                f"(j − i) mod ({h}, {w}) of the {h}x{w} grid, which {group.name} does not preserve"
+            )
+        return labels_contract(self.pair_labels(), group, field, name, reason)
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, grid={self.grid}, mode={self.mode!r}"
@@ -531,9 +902,17 @@ class RotarySelfAttention(EquivariantModule):
     ------
     ConfigurationError
         For a head width that is not a positive multiple of 4, a bad grid or mode.
+    ShapeError
+        When called, for an input that is not ``(B, h·w, dim)``.
+    DtypeError
+        When called, for an integer or bool input, or a floating input of another dtype
+        than its weights (outside ``torch.autocast``).
     """
 
     floating_input = True
+    dim = _Fixed[int]("Token width ``C`` (read-only).")
+    num_heads = _Fixed[int]("Number of heads (read-only).")
+    grid = _Fixed[tuple[int, int]]("Token grid ``(h, w)`` (read-only).")
 
     def __init__(
         self, dim: int, num_heads: int, grid: tuple[int, int], mode: Mode = "plane"
@@ -556,8 +935,29 @@ class RotarySelfAttention(EquivariantModule):
 
     @property
     def mode(self) -> Mode:
-        """``"plane"`` or ``"torus"``: the frequencies of the rotary embedding."""
+        """``"plane"`` or ``"torus"``: the frequencies of the rotary embedding (read-only)."""
         return self.rotary.mode
+
+    @mode.setter
+    def mode(self, value: Mode) -> None:
+        _refuse_assignment(self, "mode", value)
+
+    def check_input(self, x: Any) -> None:
+        """As [`EquivariantModule.check_input`][groupattn.contracts.EquivariantModule.check_input], and the dtype must be its weights'.
+
+        Outside ``torch.autocast`` (for the input's device), a floating input of another
+        dtype than ``qkv``'s weight raises [`DtypeError`][groupattn.DtypeError] naming the
+        layer, instead of failing inside the matrix product.
+        """
+        super().check_input(x)
+        weight = self.qkv.weight
+        if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
+            wanted, given = (str(t).removeprefix("torch.") for t in (weight.dtype, x.dtype))
+            raise DtypeError(
+                f"RotarySelfAttention: expected an input of dtype {weight.dtype} (the dtype of its "
+                f"weights), got {x.dtype}; cast the input (x.to(torch.{wanted})) or the layer "
+                f"(layer.to(torch.{given})), or run it under torch.autocast"
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Attend over all tokens with rotated queries and keys."""
@@ -573,11 +973,7 @@ class RotarySelfAttention(EquivariantModule):
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """Equivariant exactly when its RoPE is invariant (see the class docstring)."""
         if input_type is not None and input_type != self.in_type:
-            return Contract.unknown(
-                f"RotarySelfAttention: expected input type {self.in_type.describe()}, got "
-                f"{input_type.describe() if isinstance(input_type, FieldType) else repr(input_type)}",
-                input_type,
-            )
+            return _other_input_type("RotarySelfAttention", self.in_type, input_type)
         return _as_layer_contract(
             self.rotary.contract(group, self.in_type), self.in_type, "RotarySelfAttention"
         )
@@ -638,7 +1034,8 @@ class ALiBiBias(_GridPairBias):
     Raises
     ------
     ConfigurationError
-        For a bad grid, mode, ``num_heads < 1`` or ``prefix < 0``.
+        For a bad grid, mode, ``num_heads < 1`` or ``prefix < 0``, or labels or a bias
+        over the memory limit (``default_max_memory``).
 
     Examples
     --------
@@ -657,18 +1054,43 @@ class ALiBiBias(_GridPairBias):
         mode: Mode = "plane",
         prefix: int = 0,
     ) -> None:
-        name = "ALiBiBias"
-        super().__init__(num_heads, prefix, name)
-        self.grid = check_grid(grid, name)
-        self.mode = _check_mode(mode, name)
-        h, w = self.grid
-        dy, dx = _pair_offsets(self.grid, self.mode)
+        # peak: dy, dx, their reductions on the torus, the squared distances, the labels and
+        # their copy
+        super().__init__(grid, num_heads, mode, prefix, "ALiBiBias", 8, _WORD)
+        tables = _on_cpu(self._fixed_tables)
+        self.register_buffer("slopes", _placed(tables["slopes"]), persistent=False)
+        self.register_buffer(
+            "squared_distances", _placed(tables["squared_distances"]), persistent=False
+        )
+        distinct = tables["squared_distances"].to(dtype=torch.int64)
+        labels = _on_cpu(
+            lambda: torch.searchsorted(
+                distinct, self._squared(*_pair_offsets(self.grid, self.mode))
+            )
+        )
+        self._set_labels(_labels_placed(labels), distinct.shape[0])
+
+    def _squared(self, dy: torch.Tensor, dx: torch.Tensor) -> torch.Tensor:
+        """The squared distance of offsets (``j − i`` in the plane, residues on the torus)."""
         if self.mode == "torus":
+            h, w = self.grid
             dy, dx = torch.minimum(dy, h - dy), torch.minimum(dx, w - dx)
-        labels, unique = _compact((dy * dy + dx * dx)[..., None])
-        self.register_buffer("slopes", alibi_slopes(num_heads), persistent=False)
-        self.register_buffer("squared_distances", unique[:, 0].double(), persistent=False)
-        self._set_labels(labels, unique.shape[0])
+        return dy * dy + dx * dx
+
+    def _fixed_tables(self) -> dict[str, torch.Tensor]:
+        """``slopes`` ``(H,)`` and the distinct ``squared_distances`` ``(K,)`` (sorted), float64.
+
+        Every offset of the grid is the offset of some pair, so the distinct squared
+        distances are those of the ``(2h − 1)(2w − 1)`` planar offsets (``h·w`` residues
+        on the torus): ``O(h·w)``, not ``O(N²)``.
+        """
+        h, w = self.grid
+        if self.mode == "torus":
+            dy, dx = torch.arange(h)[:, None], torch.arange(w)[None, :]
+        else:
+            dy, dx = torch.arange(-h + 1, h)[:, None], torch.arange(-w + 1, w)[None, :]
+        distinct = torch.unique(self._squared(dy, dx))
+        return {"slopes": alibi_slopes(self.num_heads), "squared_distances": distinct.double()}
 
     def _device(self) -> torch.device:
         return self.slopes.device  # no parameters: the labels follow the buffers
@@ -678,14 +1100,20 @@ class ALiBiBias(_GridPairBias):
         return -self.slopes[:, None] * self.squared_distances.sqrt()[None, :]
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
-        """Decided from the distance labels (see the class docstring)."""
+        """Decided from the distance labels (see the class docstring).
+
+        *Unknown* when ``slopes`` or ``squared_distances`` are not the tables the
+        settings define (changed after construction).
+        """
+        stale = self._stale()
+        if stale is not None:
+            return stale
         field = _token_field(input_type, TokenField(self.grid, prefix=self.prefix))
-        reason = (
-            "ALiBi with the planar distance: a circular shift changes the distance of the pairs it "
-            "wraps around"
-            if self.mode == "plane"
-            else "ALiBi's distance on the torus is not invariant under this group"
-        )
+        h, w = self.grid
+        where = "planar" if self.mode == "plane" else f"{h}x{w} torus"
+        reason = f"ALiBi's bias depends on the {where} distance of the pairs, which {group.name} does not preserve"
+        if self.mode == "plane" and isinstance(group, TorusTranslations):
+            reason += " (a circular shift changes the distance of the pairs it wraps around)"
         return labels_contract(self._padded_labels(), group, field, "ALiBiBias", reason)
 
     def extra_repr(self) -> str:
@@ -750,11 +1178,14 @@ class LogSpacedContinuousBias(_GridPairBias):
     Raises
     ------
     ConfigurationError
-        For a bad grid, mode, ``hidden``, ``num_heads < 1``, ``prefix < 0``, or
-        ``symmetric=True`` on a non-square window.
+        For a bad grid, mode, ``hidden``, ``num_heads < 1``, ``prefix < 0``,
+        ``symmetric=True`` on a non-square window, or labels or a bias over the memory
+        limit (``default_max_memory``).
     """
 
     features: torch.Tensor
+    hidden = _Fixed[int]("Width of the MLP's hidden layer (read-only).")
+    symmetric = _Fixed[bool]("Whether the MLP is averaged over D4 (read-only).")
 
     def __init__(
         self,
@@ -766,40 +1197,56 @@ class LogSpacedContinuousBias(_GridPairBias):
         prefix: int = 0,
     ) -> None:
         name = "LogSpacedContinuousBias"
-        super().__init__(num_heads, prefix, name)
-        self.grid = check_grid(grid, name)
-        self.mode = _check_mode(mode, name)
-        self.hidden = _check_int(hidden, name, "hidden", 1)
+        hidden = _check_int(hidden, name, "hidden", 1)
         if not isinstance(symmetric, bool):
             raise ConfigurationError(f"{name}: expected symmetric as a bool, got {symmetric!r}")
+        # peak: dy, dx, their residues on the torus, the class index and its terms, the
+        # labels and their copy; the bias is float32 (or the MLP's dtype: 8 bytes at most)
+        super().__init__(grid, num_heads, mode, prefix, name, 6, _WORD)
         h, w = self.grid
         if symmetric and h != w:
             raise ConfigurationError(
                 f"{name}: expected a square window for symmetric=True (D4 exchanges the axes), got {h}x{w}"
             )
-        self.symmetric = symmetric
-        dy, dx = _pair_offsets(self.grid, self.mode)  # (N, N) planar or residues
-        if symmetric:
-            ys, xs = _d4_images(dy, dx)
-            keys = self._class_index(ys, xs).min(-1).values  # the orbit: its smallest class
-        else:
-            keys = self._class_index(dy, dx)
-        labels, representatives = _compact(keys[..., None])  # one label per offset (or orbit)
-        rep = representatives[:, 0]
-        ry, rx = self._class_offset(rep)  # (K,) offsets of each label's representative
-        if symmetric:
-            ry, rx = _d4_images(ry, rx)  # (K, 8)
-        else:
-            ry, rx = ry[:, None], rx[:, None]  # (K, 1)
+        self.hidden, self.symmetric = hidden, symmetric
+        class_label, _ = _on_cpu(self._labels_of_classes)
         self.register_buffer(
-            "features",
-            torch.stack([self._log_spaced(ry, 0), self._log_spaced(rx, 1)], dim=-1),
-            persistent=False,
+            "features", _placed(_on_cpu(self._fixed_tables)["features"]), persistent=False
         )  # (K, T, 2)
-        self._set_labels(labels, rep.shape[0])
+        labels = _on_cpu(
+            lambda: class_label[self._class_index(*_pair_offsets(self.grid, self.mode))]
+        )
+        self._set_labels(_labels_placed(labels), self.features.shape[0])
         self.mlp = nn.Sequential(
             nn.Linear(2, self.hidden), nn.ReLU(), nn.Linear(self.hidden, num_heads, bias=False)
         )
+
+    def _labels_of_classes(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The label of every offset class, and the representative class of every label.
+
+        Every offset class (planar offset, or residue on the torus) is the offset of some
+        pair, so the labels are decided on the ``(2h − 1)(2w − 1)`` (``h·w``) classes,
+        ``O(h·w)``: one per class, or one per D4-orbit of classes (represented by its
+        smallest class) when symmetric.
+        """
+        h, w = self.grid
+        classes = torch.arange(h * w if self.mode == "torus" else (2 * h - 1) * (2 * w - 1))
+        if not self.symmetric:
+            return classes, classes
+        ys, xs = _d4_images(*self._class_offset(classes))
+        orbit = self._class_index(ys, xs).min(-1).values  # the orbit: its smallest class
+        representatives = torch.unique(orbit)
+        return torch.searchsorted(representatives, orbit), representatives
+
+    def _fixed_tables(self) -> dict[str, torch.Tensor]:
+        """``features`` ``(K, T, 2)`` float64: the log-spaced offsets of each label's representative(s)."""
+        _, rep = self._labels_of_classes()
+        ry, rx = self._class_offset(rep)  # (K,) offsets of each label's representative
+        if self.symmetric:
+            ry, rx = _d4_images(ry, rx)  # (K, 8)
+        else:
+            ry, rx = ry[:, None], rx[:, None]  # (K, 1)
+        return {"features": torch.stack([self._log_spaced(ry, 0), self._log_spaced(rx, 1)], dim=-1)}
 
     def _class_index(self, dy: torch.Tensor, dx: torch.Tensor) -> torch.Tensor:
         """The index of the offset class of integer offsets (any shape; reduced mod the side on the torus)."""
@@ -839,16 +1286,29 @@ class LogSpacedContinuousBias(_GridPairBias):
         return (16.0 * torch.sigmoid(out)).transpose(0, 1)
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
-        """Decided from the offset or orbit labels (see the class docstring)."""
+        """Decided from the offset or orbit labels (see the class docstring).
+
+        *Unknown* when ``features`` is not the table the settings define (changed after
+        construction).
+        """
+        stale = self._stale()
+        if stale is not None:
+            return stale
         field = _token_field(input_type, TokenField(self.grid, prefix=self.prefix))
-        if self.mode == "plane":
-            reason = (
-                "SwinV2's bias of clipped (non-circular) offsets is not constant on the orbitals"
-            )
-        else:
-            reason = "an MLP of the signed circular offsets is not symmetric under rotations and reflections"
+        h, w = self.grid
+        offsets = (
+            "clipped planar offset j − i"
+            if self.mode == "plane"
+            else f"circular offset (j − i) mod ({h}, {w})"
+        )
         if self.symmetric:
-            reason += " (it is averaged over D4 only)"
+            offsets = f"D4-orbit of the {offsets}"
+        reason = (
+            f"SwinV2's bias (an MLP) depends on the {offsets} of the pairs, which {group.name} "
+            f"does not preserve"
+        )
+        if self.mode == "plane" and isinstance(group, TorusTranslations):
+            reason += " (a circular shift changes the offset of the pairs it wraps around)"
         return labels_contract(
             self._padded_labels(), group, field, "LogSpacedContinuousBias", reason
         )

@@ -10,7 +10,6 @@ non-circular relative bias), [`AbsolutePositionalEncoding`][groupattn.positional
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Literal
 
 import torch
@@ -21,6 +20,7 @@ from .._errors import ConfigurationError
 from ..actions import GSet, TokenField, check_grid, torus_stride
 from ..contracts import Contract, EquivariantModule
 from ..groups import Group, TorusTranslations
+from ._constants import constant_cache
 from ._orbital import PairTableBias, _OrbitalLabels
 
 __all__ = [
@@ -73,7 +73,7 @@ def translation_contract(
     return Contract.equivariant(field, field)
 
 
-@functools.lru_cache(maxsize=32)
+@constant_cache(maxsize=32)
 def _torus_orbitals(h: int, w: int) -> torch.Tensor:
     """The orbital labels ``(h·w, h·w)`` of the translations of an ``h × w`` torus (cached per grid).
 
