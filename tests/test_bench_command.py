@@ -85,3 +85,16 @@ def test_a_case_runs_in_its_own_process_and_writes_json(
         assert record[side]["forward_s"] > 0 and record[side]["train_s"] > 0
     # anchoring scores every phase before it subsamples: never cheaper than the subsample
     assert record["ratios"]["time_forward"] > 1.0
+
+
+def test_a_model_case_counts_the_arithmetic_of_both_sides() -> None:
+    # group_vit's attention returns its trainable bias table from a submodule: the FLOP
+    # count must not depend on module hooks (FlopCounterMode's refused it)
+    record = run_bench_case("model_group_vit", repeats=1)
+    subject, reference = record["subject"], record["reference_side"]
+    for side in (subject, reference):
+        assert side["flops_forward"] > 0 and side["flops_train"] > side["flops_forward"]
+    assert record["ratios"]["flops_forward"] == pytest.approx(
+        subject["flops_forward"] / reference["flops_forward"]
+    )
+    assert record["ratios"]["flops_forward"] > 1.0  # four rotations of every token
