@@ -24,7 +24,8 @@ import groupattn.nn as gnn
 import groupattn.positional as positional
 from groupattn import DtypeError
 from groupattn.actions import GSet, RegularRepresentation
-from groupattn.groups import SymmetricGroup
+from groupattn.canonical import ArgmaxCanonicalizer
+from groupattn.groups import CyclicGroup, DihedralGroup, SymmetricGroup
 from groupattn.models import create, get_spec, list_models
 
 MODELS = [(name, equivariant) for name in list_models() for equivariant in (True, False)]
@@ -144,6 +145,22 @@ def _images_of(c: int, h: int, w: int | None = None) -> Callable[[int], torch.Te
 
 def _lifted(c: int, g: int, h: int) -> Callable[[int], torch.Tensor]:
     return lambda b: torch.randn(b, c, g, h, h)
+
+
+def _small_cnn(channels: int = 2, classes: int = 3) -> nn.Module:
+    """A plain (non-equivariant) CNN for the backbone wrappers: ``(B, C, 6, 6) → (B, classes)``."""
+    return nn.Sequential(
+        nn.Conv2d(channels, 4, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(36, classes),
+    )
+
+
+def _scorer(channels: int = 2) -> nn.Module:
+    """A small learned score: ``(N, C, 6, 6) → (N, 1)``."""
+    return nn.Sequential(nn.Conv2d(channels, 2, 3), nn.Tanh(), nn.Flatten(), nn.Linear(32, 1))
 
 
 #: ``(name, build, input of batch size b)`` for every public layer with a batch axis.
@@ -270,6 +287,34 @@ LAYERS: list[tuple[str, Callable[[], nn.Module], Callable[[int], torch.Tensor]]]
         "RotarySelfAttention",
         lambda: positional.RotarySelfAttention(8, 2, (4, 4), mode="torus"),
         _tokens(16, 8),
+    ),
+    ("FrameAveraging", lambda: gnn.FrameAveraging(_small_cnn(), CyclicGroup(4)), _images_of(2, 6)),
+    (
+        "FrameAveraging-equivariant",
+        lambda: gnn.FrameAveraging(
+            nn.Conv2d(2, 3, 3, padding=1), DihedralGroup(4), output="equivariant", chunk=3
+        ),
+        _images_of(2, 5),
+    ),
+    (
+        "Canonicalized",
+        lambda: gnn.Canonicalized(
+            _small_cnn(),
+            ArgmaxCanonicalizer(CyclicGroup(4), gnn.norm_score(2), output_group=CyclicGroup(1)),
+        ),
+        _images_of(2, 6),
+    ),
+    (
+        "Canonicalized-learned",
+        lambda: gnn.Canonicalized(
+            _small_cnn(), gnn.LearnedCanonicalizer(DihedralGroup(4), _scorer())
+        ),
+        _images_of(2, 6),
+    ),
+    (
+        "LearnedCanonicalizer",
+        lambda: gnn.LearnedCanonicalizer(CyclicGroup(4), _scorer()),
+        _images_of(2, 6),
     ),
 ]
 LAYER_IDS = [name for name, _, _ in LAYERS]

@@ -164,6 +164,15 @@ PROMISES: dict[str, tuple[Promise, ...]] = {
     "ConvPositionalEncoding": (Promise(TOKENS, EQ),),
     # RoPE with torus frequencies: q·k depends on (j − i) mod the grid only.
     "RotarySelfAttention": (Promise(TOKENS, EQ), Promise(TOKENS_BY_2, EQ)),
+    # Averages a plain CNN over all of C4: invariant under C4 and its subgroup C2.
+    "FrameAveraging": (Promise(C4, INV), Promise(CyclicGroup(2), INV)),
+    # Averages a plain convolution over all of D4 (in chunks of 3): equivariant, also under C4.
+    "FrameAveraging-equivariant": (Promise(D4, EQ), Promise(C4, EQ)),
+    # Arg-max over all of C4 (trivial output group), then a plain CNN: invariant up to ties.
+    "Canonicalized": (Promise(C4, INV),),
+    "Canonicalized-learned": (Promise(D4, INV),),
+    # Canonicalizing with a trivial output group: the canonical image is invariant.
+    "LearnedCanonicalizer": (Promise(C4, CANON),),
 }
 
 #: Layer name → why its contract promises nothing under any natural group.

@@ -77,7 +77,8 @@ def _library_leaves() -> dict[type, Any]:
 
     Canonicalizers choose a group element from the data, which no rule on operators can
     follow; the layers that anchor inside (window attention, patch merging) too; the
-    GSA layers run custom kernels the exporter cannot trace.
+    GSA layers run custom kernels the exporter cannot trace; frame averaging batches the
+    transformed copies into one call.
     """
     from ..attention import GroupSelfAttention, LiftingSelfAttention, WindowAttention
     from ..canonical import (
@@ -87,7 +88,7 @@ def _library_leaves() -> dict[type, Any]:
         PolyphaseAnchor,
         PolyphaseUnanchor,
     )
-    from ..nn import LiftedPolyphaseDownsample, PatchMerging
+    from ..nn import FrameAveraging, LiftedPolyphaseDownsample, PatchMerging
 
     always = lambda m: True  # noqa: E731
     anchored = lambda m: bool(getattr(m, "anchored", False))  # noqa: E731
@@ -102,6 +103,9 @@ def _library_leaves() -> dict[type, Any]:
         PatchMerging: anchored,
         LiftingSelfAttention: always,
         GroupSelfAttention: always,
+        # one batched call over every transformed copy: a rule per operator sees each copy
+        # moved by its own map and cannot close the average; its contract checks the frame
+        FrameAveraging: always,
     }
 
 

@@ -23,17 +23,21 @@ from ._heads import ClassToken, ClassTokenReadout
 from ._merge import PatchMerging
 from ._mlp import MLP
 from ._patch import PatchEmbedding
+from ._wrappers import Canonicalized, FrameAveraging, LearnedCanonicalizer, norm_score
 
 __all__ = [
     "MLP",
+    "Canonicalized",
     "ClassToken",
     "ClassTokenReadout",
     "EquivariantModule",
+    "FrameAveraging",
     "GroupBlock",
     "GroupGlobalPool",
     "GroupLayerNorm",
     "GroupMLP",
     "GroupPooling",
+    "LearnedCanonicalizer",
     "LiftedAvgPool",
     "LiftedPatchEmbedding",
     "LiftedPolyphaseDownsample",
@@ -43,6 +47,7 @@ __all__ = [
     "SymmetricConvStem",
     "TransformerBlock",
     "chain_contract",
+    "norm_score",
 ]
 
 
