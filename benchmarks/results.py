@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from groupattn._atomic import write_atomic
 from groupattn.models import get_spec, list_models
 from groupattn.training import TrainConfig, evaluate, load_training_data, train
 from groupattn.training._command import build_model, data_canvas, data_model_kwargs
@@ -166,9 +167,7 @@ def run_one(
         "limit": limit,
     }
     out.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(record, indent=1, allow_nan=True))
-    temporary.replace(path)
+    write_atomic(path, json.dumps(record, indent=1, allow_nan=True))
     return record
 
 
@@ -393,7 +392,7 @@ def write_page(out: Path, page: Path, assets: Path) -> None:
         "|---|---|---|",
     ]
     lines += [f"| {m} | {a} | {d} |" for m, a, d in LITERATURE]
-    page.write_text("\n".join(lines) + "\n")
+    write_atomic(page, "\n".join(lines) + "\n")
     print(f"wrote {page} and {len(by_data)} plot(s) in {assets}")
 
 

@@ -98,3 +98,9 @@ def test_a_model_case_counts_the_arithmetic_of_both_sides() -> None:
         subject["flops_forward"] / reference["flops_forward"]
     )
     assert record["ratios"]["flops_forward"] > 1.0  # four rotations of every token
+
+
+def test_thread_counts_are_checked_before_any_work(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "anchoring", "--threads", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--threads" in err

@@ -120,6 +120,11 @@ def _bench(args: argparse.Namespace) -> int:
     names = select_cases(args.cases)
     if args.repeats < 1:
         raise UsageError(f"expected --repeats >= 1, got {args.repeats}")
+    cores = os.cpu_count() or 1
+    if args.threads is not None and not 1 <= args.threads <= 4 * cores:
+        raise UsageError(
+            f"expected --threads between 1 and {4 * cores} (4 per core), got {args.threads}"
+        )
     json_path = check_output_path(args.json, "--json")
     threads = args.threads if args.threads is not None else 2
     records = run_benchmarks(names, args.repeats, threads)
