@@ -99,6 +99,16 @@ VOCABULARY = {
     "lift_skip",
     "downsample",
     "attention",
+    # wrappers of a user's network (groupattn.nn.FrameAveraging, Canonicalized,
+    # LearnedCanonicalizer)
+    "backbone",
+    "scorer",
+    "output",
+    "output_type",
+    "elements",
+    "chunk",
+    "canonicalizer",
+    "fixed_precision",
 }
 
 #: Names with one meaning that only these constructors use.
