@@ -292,7 +292,7 @@ LAYERS: list[tuple[str, Callable[[], nn.Module], Callable[[int], torch.Tensor]]]
     (
         "FrameAveraging-equivariant",
         lambda: gnn.FrameAveraging(
-            nn.Conv2d(2, 3, 3, padding=1), DihedralGroup(4), output="equivariant", chunk=3
+            nn.Conv2d(2, 3, 3, padding=1), DihedralGroup(4), output="equivariant"
         ),
         _images_of(2, 5),
     ),

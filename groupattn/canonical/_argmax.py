@@ -191,4 +191,20 @@ class ArgmaxCanonicalizer(nn.Module):
                 "fixed_precision=True (scores in float64) for a canonicalizing contract",
                 input_type or self.field_type,
             )
+        if (
+            self.output_group is not None
+            and isinstance(self.output_group, FiniteGroup)
+            and self.output_group.order() == 1
+        ):
+            # invariance (a trivial output group) holds only when every element is scored:
+            # with fewer candidates, g·x and x can pick candidates that differ by an
+            # element outside the set
+            order = self.group.order() if isinstance(self.group, FiniteGroup) else None
+            covered = set(self.candidates)
+            if order is None or len(covered) != order:
+                return Contract.unknown(
+                    f"ArgmaxCanonicalizer: a trivial output group needs every element of "
+                    f"{self.group.name} as a candidate, got {len(covered)} of {order}",
+                    input_type or self.field_type,
+                )
         return Contract.canonicalizing(self.field_type, self.field_type, self.output_group)

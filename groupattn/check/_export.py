@@ -77,8 +77,9 @@ def _library_leaves() -> dict[type, Any]:
 
     Canonicalizers choose a group element from the data, which no rule on operators can
     follow; the layers that anchor inside (window attention, patch merging) too; the
-    GSA layers run custom kernels the exporter cannot trace; frame averaging batches the
-    transformed copies into one call.
+    GSA layers run custom kernels the exporter cannot trace. (``FrameAveraging`` is not a
+    leaf: its body — one backbone call per group element — is proven by the orbit
+    relations, whatever the backbone does with its batch.)
     """
     from ..attention import GroupSelfAttention, LiftingSelfAttention, WindowAttention
     from ..canonical import (
@@ -88,7 +89,7 @@ def _library_leaves() -> dict[type, Any]:
         PolyphaseAnchor,
         PolyphaseUnanchor,
     )
-    from ..nn import FrameAveraging, LiftedPolyphaseDownsample, PatchMerging
+    from ..nn import LiftedPolyphaseDownsample, PatchMerging
 
     always = lambda m: True  # noqa: E731
     anchored = lambda m: bool(getattr(m, "anchored", False))  # noqa: E731
@@ -103,9 +104,6 @@ def _library_leaves() -> dict[type, Any]:
         PatchMerging: anchored,
         LiftingSelfAttention: always,
         GroupSelfAttention: always,
-        # one batched call over every transformed copy: a rule per operator sees each copy
-        # moved by its own map and cannot close the average; its contract checks the frame
-        FrameAveraging: always,
     }
 
 

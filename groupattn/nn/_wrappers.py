@@ -67,14 +67,18 @@ class FrameAveraging(nn.Module):
 
     Guarantee: exact (up to the rounding of a sum taken in another order) under every
     ``h`` with ``h·S = S`` — with all elements, under ``group`` and every subgroup —
-    whatever ``φ`` is, provided ``φ`` treats the samples of a batch independently and
-    deterministically (eval mode: dropout, or a batch statistic that depends on how the
-    copies are split into ``chunk``-sized calls, break exactness). A frame of ``k`` of
-    the ``|G|`` elements (``elements=``) is an approximation: the contract says
-    *unverified* ("averages over k of |G| elements: approximate") unless ``h·S = S``.
+    whatever ``φ`` is, provided ``φ`` is deterministic (evaluation mode: active dropout,
+    or batch statistics of calls split by ``chunk``, break exactness), with one backbone
+    call per element (``chunk=1``, the default): the calls for ``h·x`` are those for
+    ``x`` in another order, even for a backbone that mixes the samples of its batch.
+    Several elements per call (``chunk > 1`` or ``None``) are exact only for a backbone
+    that treats samples independently, which is not checked: the contract is then
+    *unverified*. A frame of ``k`` of the ``|G|`` elements (``elements=``) is an
+    approximation: *unverified* ("averages over k of |G| elements: approximate") unless
+    ``h·S = S``.
 
-    Cost: ``|S|`` times the backbone's work; the ``|S|·B`` copies go through the
-    backbone in one call, or in calls of at most ``chunk`` copies per sample.
+    Cost: ``|S|`` times the backbone's work, in ``|S|`` calls of ``B`` samples (``chunk=1``)
+    or in calls of ``chunk`` elements' copies (``None``: one call of ``|S|·B``).
 
     Shapes: ``x`` ``(B, ...)`` in ``field_type``'s layout (images ``(B, C, H, W)`` by
     default) → the backbone's output shape.
@@ -97,7 +101,9 @@ class FrameAveraging(nn.Module):
         The frame: elements (or raw values) of ``group``; ``None`` for all (exact).
         Repeated elements are counted once.
     chunk
-        At most this many group elements per backbone call (``None``: all at once).
+        At most this many group elements per backbone call (default 1: the exact,
+        certifiable form; ``None``: all at once, faster for small backbones, contract
+        *unverified*).
 
     Raises
     ------
@@ -128,7 +134,7 @@ class FrameAveraging(nn.Module):
         field_type: FieldType | None = None,
         output_type: FieldType | None = None,
         elements: Sequence[Any] | None = None,
-        chunk: int | None = None,
+        chunk: int | None = 1,
     ) -> None:
         super().__init__()
         name = "FrameAveraging"
@@ -281,6 +287,18 @@ class FrameAveraging(nn.Module):
                 f"{name}: expected a backbone that maps each sample deterministically, got "
                 f"{'dropout' if stochastic else 'batch statistics per chunk'} in training mode at "
                 f"{where!r}; call .eval()",
+                in_type,
+            )
+        if self.chunk != 1:
+            # copies of several group elements in one backbone call are exact only if the
+            # backbone treats the samples of a batch independently, which nothing checks
+            # (a batch-mixing backbone — cumsum over the batch, x - x[:1] — breaks it); one
+            # call per element is exact for any deterministic backbone: the calls for h·x
+            # are those for x, in another order
+            return Contract.unknown(
+                f"{name}: expected chunk=1 (one backbone call per group element) for an exact "
+                f"average, got chunk={self.chunk}: a batched call is exact only for a backbone "
+                "that treats samples independently, which is not checked",
                 in_type,
             )
         if self.output == "invariant":
@@ -521,12 +539,22 @@ class LearnedCanonicalizer(nn.Module):
         """
         if isinstance(x, torch.Tensor):
             check_floating_input(x, "LearnedCanonicalizer")
-        out: CanonicalizedOutput = self.canonicalizer(x)
+        # ``forward`` called directly, not through the module: the checker keeps an
+        # ArgmaxCanonicalizer *module call* whole and trusts its score, which here is a
+        # user network it has not checked; traced, the arg-max stays untracked (unverified)
+        out: CanonicalizedOutput = ArgmaxCanonicalizer.forward(self.canonicalizer, x)
         return out
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
-        """The inner ``ArgmaxCanonicalizer``'s: canonicalizing, with a trivial output group."""
-        return self.canonicalizer.contract(group, input_type)
+        """*Unverified*: the arg-max is exact only when the scorer maps each sample on its
+        own (a scorer that reads a sample's place in the batch, or mixes samples, breaks
+        it), and a user's network is not checked for that."""
+        inner = self.canonicalizer.contract(group, input_type)
+        return Contract.unknown(
+            "LearnedCanonicalizer: its scorer is a user network whose per-sample evaluation is not "
+            f"checked (a scorer that mixes samples breaks the arg-max); the arg-max itself: {inner.describe()}",
+            inner.input_type,
+        )
 
 
 def _trivial() -> FiniteGroup:
