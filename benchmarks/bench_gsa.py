@@ -47,6 +47,7 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 PUBLISHED = {  # forward seconds, peak GiB (None: out of memory)
     "lifting_global": (4.6, 3.5),
@@ -74,6 +75,7 @@ def run_case(
     import torch
 
     from groupattn.attention import GroupSelfAttention, LiftingSelfAttention
+    from groupattn.bench import best_time
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -95,15 +97,9 @@ def run_case(
         query_position=query_position,
     )
 
-    def best(step: object) -> float:
-        """Best time after one warm-up: at least ``repeats`` runs, more (up to 50) while they
-        fit in about two seconds, as ``timeit``'s autorange does for fast statements."""
-        times: list[float] = []
-        while len(times) <= repeats or (sum(times[1:]) < 2.0 and len(times) <= 50):
-            start = time.perf_counter()
-            step()  # type: ignore[operator]
-            times.append(time.perf_counter() - start)
-        return min(times[1:])
+    def best(step: Callable[[], object]) -> float:
+        """Best time after one warm-up (see ``groupattn.bench.best_time``)."""
+        return best_time(step, repeats)
 
     def forward() -> None:
         with torch.no_grad():

@@ -429,3 +429,25 @@ def test_attack_partial_candidates_cannot_declare_invariance(group: FiniteGroup)
     name = "c4" if group == C4 else "d4"
     assert certify(Canonicalized(_cnn(), canon), x, name).status != "certified"
     assert certify(canon, x, name).status != "certified"
+
+
+@pytest.mark.parametrize("group", [C4, D4], ids=["C4", "D4"])
+def test_bf16_canonicalized_is_bit_exact_and_frame_averaging_within_rounding(
+    group: FiniteGroup,
+) -> None:
+    """In bf16 the canonical input is the same bit-exact rotation of the input (scores in
+    float64), so the logits are identical; frame averaging sums the same terms in another
+    order, so it moves by rounding only."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 1, 8, 8).bfloat16()
+    canonical = Canonicalized(
+        _cnn(), ArgmaxCanonicalizer(group, norm_score(1), output_group=CyclicGroup(1))
+    ).bfloat16()
+    averaged = FrameAveraging(_cnn(), group).bfloat16()
+    with torch.no_grad():
+        reference = canonical(x)
+        averaged_reference = averaged(x)
+        for g in group.elements():
+            moved = GridField().act(group, g, x)
+            assert torch.equal(canonical(moved), reference)
+            assert relative_error(averaged(moved), averaged_reference) < 2e-2

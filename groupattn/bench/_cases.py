@@ -253,22 +253,12 @@ def bench_cases() -> dict[str, BenchCase]:
 
 
 # ---------------------------------------------------------------------------- measuring
-def _high_water_mib() -> float | None:
+def _status_mib(field: str) -> float | None:
+    """A memory field of ``/proc/self/status`` (``VmHWM``, ``VmRSS``) in MiB, if readable."""
     try:
         with open("/proc/self/status") as status:
             for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        return None
-    return None
-
-
-def _resident_mib() -> float | None:
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) / 1024.0
     except OSError:
         return None
@@ -301,9 +291,9 @@ def _peak_of(step: Callable[[], Any]) -> float | None:
     _release_freed_memory()
     if not _reset_high_water():
         return None
-    before = _resident_mib()
+    before = _status_mib("VmRSS")
     step()
-    peak = _high_water_mib()
+    peak = _status_mib("VmHWM")
     return None if peak is None or before is None else max(0.0, peak - before)
 
 
