@@ -67,6 +67,28 @@ EAGER_HOST_SYNC = {
     for name in ("LiftingSelfAttention-local", "gsa-equivariant", "gsa-baseline")
 }
 
+#: Registry models built from escnn modules (code outside the files this suite may change):
+#: escnn's ``GroupPooling`` and ``InnerBatchNorm`` slice their input with ``LongTensor``
+#: buffers (``input[:, indices[0]:indices[1]]``), which reads tensor values on the host:
+#: ``torch.export`` and ``torch.compile(fullgraph=True)`` meet a data-dependent shape there
+#: (``GuardOnDataDependentSymNode``), and a fake-tensor forward cannot run it.
+#: groupattn's checker is unaffected: it keeps escnn modules whole, as opaque operators
+#: checked by their contracts (``tests/test_escnn_hybrid.py``). ``case name → reason``,
+#: marked ``xfail(strict=True)``, so they fail loudly once escnn indexes with Python ints.
+ESCNN_INDEX_BUFFERS = {
+    f"escnn_hybrid-{kind}": (
+        "escnn's GroupPooling / InnerBatchNorm slice by LongTensor index buffers: a host read, "
+        "data-dependent shapes under torch.export / torch.compile"
+    )
+    for kind in ("equivariant", "baseline")
+}
+EAGER_HOST_SYNC.update(ESCNN_INDEX_BUFFERS)
+
+
+def _xfail_if_escnn(request: pytest.FixtureRequest, name: str) -> None:
+    if name in ESCNN_INDEX_BUFFERS:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=ESCNN_INDEX_BUFFERS[name]))
+
 
 # ------------------------------------------------------------------------------ cases
 def _corner_score(x: torch.Tensor) -> torch.Tensor:
@@ -231,7 +253,8 @@ def test_compiles_fullgraph_and_matches_eager(case: Case, device: str) -> None:
 # ------------------------------------------------------------------- export: everything
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", ALL_CASES, ids=ALL_IDS)
-def test_exports_and_matches_eager(case: Case, device: str) -> None:
+def test_exports_and_matches_eager(request: pytest.FixtureRequest, case: Case, device: str) -> None:
+    _xfail_if_escnn(request, case[0])
     module, args = _build(case, device)
     with torch.no_grad():
         expected = module(*args)
@@ -272,9 +295,12 @@ def _training_step(module: nn.Module, forward: Callable[..., Any], x: torch.Tens
 SMALL = {
     "vit": {"depth": 1},
     "group_vit": {"depth": 1},
+    "p4_vit": {"depth": 1},
     "gsa": {"stem_dilations": (1,)},
+    "escnn_hybrid": {"stem_dilations": (1,)},
     "swin": {"depths": (2, 1)},
     "twins": {"depths": (2, 1)},
+    "group_swin": {"depths": (2, 1)},
 }
 #: Training steps compiled in CI (one translation and one rotation model; about 7 s on one
 #: core). The others cost 4 to 14 s each, mostly Dynamo tracing custom autograd functions and
@@ -288,9 +314,14 @@ def _training_cases() -> list[Any]:
         case_id = f"{name}-{'equivariant' if equivariant else 'baseline'}"
         for preset in ("small", "preset"):
             kwargs = SMALL[name] if preset == "small" else {}
-            marks = (
+            marks: tuple[Any, ...] = (
                 () if preset == "small" and case_id in CI_TRAINING_STEPS else (pytest.mark.slow,)
             )
+            if case_id in ESCNN_INDEX_BUFFERS:
+                marks = (
+                    pytest.mark.xfail(strict=True, reason=ESCNN_INDEX_BUFFERS[case_id]),
+                    *marks,
+                )
             params.append(
                 pytest.param(name, equivariant, kwargs, marks=marks, id=f"{case_id}-{preset}")
             )
@@ -320,7 +351,10 @@ def test_model_training_step_compiles_and_matches_eager(
 @pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", MODEL_CASES, ids=MODEL_IDS)
-def test_model_compiles_for_inference(case: Case, device: str) -> None:
+def test_model_compiles_for_inference(
+    request: pytest.FixtureRequest, case: Case, device: str
+) -> None:
+    _xfail_if_escnn(request, case[0])
     module, args = _build(case, device)
     with torch.no_grad():
         _assert_matches(_compiled(module)(*args), module(*args), f"{case[0]} compiled")

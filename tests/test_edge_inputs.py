@@ -250,6 +250,23 @@ LAYERS: list[tuple[str, Callable[[], nn.Module], Callable[[int], torch.Tensor]]]
         _lifted(4, 4, 4),
     ),
     ("LiftingConvolution", lambda: gnn.LiftingConvolution(2, 4, 3, "C4"), _images_of(2, 5)),
+    (
+        "GroupConvolution",
+        lambda: gnn.GroupConvolution(2, 3, 3, "C4", dilation=2),
+        _lifted(2, 4, 5),
+    ),
+    (
+        "GroupWindowAttention",
+        lambda: attention.GroupWindowAttention(4, "C4", num_heads=2, window_size=2, shift=1),
+        _lifted(4, 4, 4),
+    ),
+    (
+        "GroupWindowBlock",
+        lambda: gnn.GroupWindowBlock(4, "D4", num_heads=2, window_size=2),
+        _lifted(4, 8, 4),
+    ),
+    ("GroupPatchMerging", lambda: gnn.GroupPatchMerging(4, 6, "C4"), _lifted(4, 4, 4)),
+    ("LiftedUpsample", lambda: gnn.LiftedUpsample("C4", 2), _lifted(4, 4, 4)),
     ("PatchEmbedding", lambda: gnn.PatchEmbedding(2, 8, 2, (8, 8)), _images_of(2, 8)),
     (
         "PatchEmbedding-smooth",
@@ -276,6 +293,11 @@ LAYERS: list[tuple[str, Callable[[], nn.Module], Callable[[int], torch.Tensor]]]
     (
         "LiftedAbsolutePositionalEncoding",
         lambda: positional.LiftedAbsolutePositionalEncoding(4, "C4", 4),
+        _lifted(4, 4, 4),
+    ),
+    (
+        "LiftedOrbitPositionalEncoding",
+        lambda: positional.LiftedOrbitPositionalEncoding(4, "C4", 4),
         _lifted(4, 4, 4),
     ),
     (
@@ -396,6 +418,7 @@ UNWEIGHTED = {
     "GroupGlobalPool",
     "LiftedAvgPool",
     "LiftedPolyphaseDownsample",
+    "LiftedUpsample",
 }
 WEIGHTED = [entry for entry in LAYERS if entry[0] not in UNWEIGHTED]
 

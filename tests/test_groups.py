@@ -419,3 +419,18 @@ def test_permutation_group_larger_than_bound_raises() -> None:
         graph_automorphism_group(nx.complete_graph(5), max_order=10)
     with pytest.raises(GroupError, match="expected a networkx graph"):
         graph_automorphism_group([(0, 1)])
+
+
+@pytest.mark.parametrize("size", [None, 4, 8])
+@pytest.mark.parametrize("make", [p4, p4m])
+def test_roto_translation_groups_survive_copy_and_pickle(make: Any, size: int | None) -> None:
+    """Their action is a closure: they are rebuilt from their arguments (``verify``
+    deep-copies models, and a model may hold its group)."""
+    import copy
+    import pickle
+
+    group = make(size)
+    for rebuilt in (copy.deepcopy(group), pickle.loads(pickle.dumps(group))):
+        assert rebuilt == group and hash(rebuilt) == hash(group) and type(rebuilt) is type(group)
+        g = group.sample(1, seed=0)[0]
+        assert rebuilt.compose(g, g) == group.compose(g, g)

@@ -52,7 +52,7 @@ def test_gsa_z2_baseline_breaks_rotations_only() -> None:
     contract = baseline.contract(p4(SIZE))
     assert contract.kind == Status.BROKEN
     assert (contract.reason or "").startswith(
-        "z2 baseline: positional encoding is not rotation-invariant"
+        "z2 baseline: its kernels and positional encoding are not rotation-invariant"
     )
     x = torch.randn(2, 1, SIZE, SIZE, dtype=torch.float64)
     report = equivariance_error(
@@ -67,22 +67,35 @@ def test_gsa_z2_baseline_breaks_rotations_only() -> None:
     assert_equivariant(baseline, x, TorusTranslations(SIZE, SIZE), elements=[(3, 5), (17, 1)])
 
 
+@pytest.mark.parametrize("absolute_position", [True, False])
 @pytest.mark.parametrize("point_group", ["C4", "D4"])
-def test_group_vit_logits_are_invariant(point_group: str) -> None:
-    model = create("group_vit", point_group=point_group).double().eval()
+def test_group_vit_logits_are_invariant(point_group: str, absolute_position: bool) -> None:
+    model = create(
+        "group_vit", point_group=point_group, absolute_position=absolute_position
+    ).double()
+    with torch.no_grad():  # away from the initial (small) position table
+        for p in model.position.parameters():
+            p.normal_()
+    model.eval()
     group = CyclicGroup(4) if point_group == "C4" else DihedralGroup(4)
     assert model.contract(group).kind == Status.INVARIANT
     x = torch.randn(2, 1, SIZE, SIZE, dtype=torch.float64)
     assert_equivariant(model, x, group)  # every element
-    # translations by whole patches (4 pixels) leave the logits unchanged
     with torch.no_grad():
         y = model(x)
-        assert torch.allclose(
-            model(torch.roll(x, (4, 12), (-2, -1))), y, rtol=0, atol=1e-10 * y.abs().max()
-        )
-    assert model.contract(TorusTranslations(8, 8, stride=4)).kind == Status.INVARIANT
-    broken = model.contract(p4(SIZE))
-    assert broken.kind == Status.BROKEN and "patch grid" in (broken.reason or "")
+        shifted = model(torch.roll(x, (4, 12), (-2, -1)))
+    by_patches = model.contract(TorusTranslations(8, 8, stride=4))
+    if absolute_position:
+        # the orbit-tied absolute positions move with the grid, not with the content
+        assert not torch.allclose(shifted, y, rtol=0, atol=1e-6 * y.abs().max())
+        assert by_patches.kind == Status.BROKEN
+        assert "absolute positions" in (by_patches.reason or "")
+    else:
+        # translations by whole patches (4 pixels) leave the logits unchanged
+        assert torch.allclose(shifted, y, rtol=0, atol=1e-10 * y.abs().max())
+        assert by_patches.kind == Status.INVARIANT
+        broken = model.contract(p4(SIZE))
+        assert broken.kind == Status.BROKEN and "patch grid" in (broken.reason or "")
 
 
 def test_plain_vit_baseline_breaks_rotations() -> None:
@@ -175,15 +188,23 @@ def test_gsa_lift_skip_variants_and_a_breaking_skip() -> None:
     x = torch.randn(1, 1, 8, 8, dtype=torch.float64)
     group = p4(8)
     for skip in ("convolution", "pointwise"):
-        model = GSANet(channels=4, num_heads=1, image_size=8, lift_skip=skip).double().eval()
+        model = (
+            GSANet(channels=4, num_heads=1, image_size=8, lift_skip=skip, stem="symmetric")
+            .double()
+            .eval()
+        )
         assert model.contract(group).kind == Status.INVARIANT
         assert_equivariant(model, x, group.point_group)  # every element of C4
         assert_equivariant(model, x, group, elements=_gsa_elements(group))
     with pytest.raises(
         GroupError, match="GSANet: expected lift_skip 'convolution' or 'pointwise', got 'none'"
     ):
-        GSANet(lift_skip="none")
-    model = GSANet(channels=4, num_heads=1, image_size=8).double().eval()
+        GSANet(lift_skip="none", stem="symmetric")
+    with pytest.raises(
+        GroupError, match="GSANet: expected stem 'lifting' or 'symmetric', got 'cnn'"
+    ):
+        GSANet(stem="cnn")
+    model = GSANet(channels=4, num_heads=1, image_size=8, stem="symmetric").double().eval()
     model.skip = LiftingConvolution(16, 4, 3, "C1").double()  # unrotated kernels beside a C4 lift
     contract = model.contract(group)
     assert (

@@ -161,7 +161,18 @@ PROMISES: dict[str, tuple[Promise, ...]] = {
     "PatchMerging": (Promise(TOKENS, CANON), Promise(TOKENS_BY_2, EQ)),
     "SymmetricConvStem": (Promise(p4m(5), EQ), Promise(D4, EQ)),
     "TransformerBlock": (Promise(TOKENS, EQ),),
+    # Circular 3×3 (dilation 2) group convolution of C4-lifted fields on 5×5: all of p4.
+    "GroupConvolution": (Promise(p4(5), EQ), Promise(C4, EQ)),
+    # 2×2 windows (shifted by 1) of a 4×4 C4-lifted field: C4 about the centre, shifts by 2.
+    "GroupWindowAttention": (Promise(C4, EQ), Promise(TOKENS_BY_2, EQ)),
+    "GroupWindowBlock": (Promise(D4, EQ), Promise(TOKENS_BY_2, EQ)),
+    # 2×2 stride-2 group convolution, 4×4 → 2×2: C4 about the centre, shifts by 2.
+    "GroupPatchMerging": (Promise(C4, EQ), Promise(TOKENS_BY_2, EQ)),
+    # Nearest ×2, 4×4 → 8×8: C4 about the centre, every shift (by 2 pixels of the output).
+    "LiftedUpsample": (Promise(C4, EQ), Promise(TOKENS, EQ)),
     "ConvPositionalEncoding": (Promise(TOKENS, EQ),),
+    # One learned vector per C4-orbit of (group element, position): moves with rotations about the centre.
+    "LiftedOrbitPositionalEncoding": (Promise(C4, EQ), Promise(CyclicGroup(2), EQ)),
     # RoPE with torus frequencies: q·k depends on (j − i) mod the grid only.
     "RotarySelfAttention": (Promise(TOKENS, EQ), Promise(TOKENS_BY_2, EQ)),
     # Averages a plain CNN over all of C4: invariant under C4 and its subgroup C2.

@@ -566,13 +566,15 @@ def test_checker_verdicts(
 
 
 def test_checker_does_not_see_through_the_rotation_of_torus_rope() -> None:
-    """Known limitation: the rotated queries alone do not move with the input, so an
-    operator-by-operator checker reports the layer as broken, although it is equivariant
-    (the numbers say so). ``relative_logits`` is the certifiable form (above)."""
+    """Known limitation: the rotated queries alone do not move with the input, so the
+    operator rules find a break, although the layer is equivariant (the numbers say so).
+    A break needs a numerical witness, and there is none: the verdict is ``unverified``,
+    never ``broken``. ``relative_logits`` is the certifiable form (above)."""
     torch.manual_seed(7)
     layer = RotarySelfAttention(8, 2, GRID, "torus")
     cert = certify(layer, torch.randn(2, 16, 8), "translations", verify=True)
-    assert cert.verdict != Status.EQUIVARIANT
+    assert cert.verdict == Status.UNVERIFIED, cert.to_text()
+    assert cert.first_break is None and "no element moves the output" in (cert.reason or "")
     assert cert.verification is not None and cert.verification.equivariant
     assert layer.contract(TorusTranslations(*GRID)).kind == Status.EQUIVARIANT
 

@@ -11,6 +11,7 @@ on them) with an orbital bias; the grid layers are fast special cases.
 
 from ._global import GlobalSelfAttention, check_heads, make_relative_bias
 from ._group_attention import GroupSelfAttention, resolve_point_group
+from ._group_window import GroupWindowAttention, window_orbitals
 from ._kernel import (
     attend,
     attend_shared_query_windows,
@@ -28,6 +29,7 @@ __all__ = [
     "AttentionPooling",
     "GlobalSelfAttention",
     "GroupSelfAttention",
+    "GroupWindowAttention",
     "LiftingSelfAttention",
     "MeanPooling",
     "OrbitalAttention",
@@ -41,4 +43,5 @@ __all__ = [
     "get_attention_implementation",
     "make_relative_bias",
     "resolve_point_group",
+    "window_orbitals",
 ]

@@ -1,6 +1,15 @@
 """Canonicalizers: pick a group element from the data and apply it (polyphase anchoring, APS, orientation)."""
 
 from ._argmax import ArgmaxCanonicalizer, argmax_with_margin
+from ._patch_grid import (
+    PatchGridAnchor,
+    StridedRotoTranslationGroup,
+    num_patch_grid_scores,
+    patch_grid_anchor,
+    patch_grid_phase,
+    patch_grid_scores,
+    patch_rings,
+)
 from ._polyphase import (
     AdaptivePolyphaseDownsample,
     AdaptivePolyphaseUpsample,
@@ -36,11 +45,18 @@ __all__ = [
     "CanonicalizationEvent",
     "CanonicalizationRecorder",
     "Canonicalized",
+    "PatchGridAnchor",
     "PolyphaseAnchor",
     "PolyphaseUnanchor",
+    "StridedRotoTranslationGroup",
     "argmax_with_margin",
     "gather_tokens",
     "near_ties_between",
+    "num_patch_grid_scores",
+    "patch_grid_anchor",
+    "patch_grid_phase",
+    "patch_grid_scores",
+    "patch_rings",
     "polyphase_anchor",
     "polyphase_norms",
     "polyphase_phase",

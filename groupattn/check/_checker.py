@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import math
+import random
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -164,8 +168,11 @@ def _certify(
         first = _run_pass(
             model, example_input, x_value, input_type, output_type, user_contracts=False
         )
+        confirmed = True
+        if first.verdict == Status.BROKEN:
+            confirmed = _confirm_break(model, example_input, first, output_type)
         result = first
-        provably_broken = any(r.status == "broken" for r in first.records)
+        provably_broken = confirmed and any(r.status == "broken" for r in first.records)
         if (
             first.verdict == Status.UNVERIFIED
             and not provably_broken
@@ -174,6 +181,8 @@ def _certify(
             second = _run_pass(
                 model, example_input, x_value, input_type, output_type, user_contracts=True
             )
+            if second.verdict == Status.BROKEN:
+                _confirm_break(model, example_input, second, output_type)
             if second.verdict != Status.UNVERIFIED:
                 names = sorted(
                     p for m, p in _leaves(model, True).items() if m not in _leaves(model, False)
@@ -187,25 +196,100 @@ def _certify(
                 )
                 result = second
         if result.certified:
-            before = _python_state(model)
-            with torch.no_grad():
-                a, b = model(example_input.clone()), model(example_input.clone())
-            if _python_state(model) != before:
-                result.verdict = Status.UNVERIFIED
-                result.reason = (
-                    "the model changes its own Python attributes when it runs (a counter, a cache): its behaviour "
-                    "can change between calls, which no trace shows"
-                )
-                result.output_type = None
-            elif not _same_outputs(a, b):
-                result.verdict = Status.UNVERIFIED
-                result.reason = (
-                    "the model's output differs between two evaluations on the same input: it draws random numbers "
-                    "or keeps state between calls"
-                )
-                result.output_type = None
+            _check_runtime_behaviour(model, example_input, result)
     result.notes.append(f"checked in {time.perf_counter() - started:.2f} s")
     return result
+
+
+#: Spread of the seeded perturbation of the weights in the search for a witness of a break,
+#: relative to each parameter tensor's own standard deviation.
+WITNESS_PERTURBATION = 0.5
+
+
+def _perturbed_copy(model: nn.Module, seed: int = 0) -> nn.Module:
+    """A copy of ``model`` whose floating parameters are moved by seeded noise.
+
+    Each parameter tensor gets Gaussian noise of ``WITNESS_PERTURBATION`` times its own
+    standard deviation (``0.02`` for a constant tensor, e.g. a zero-initialised layer), so
+    that a break the rules derive for generic weights shows even where the initial
+    weights hide it. The global random state is not touched.
+    """
+    work = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in work.parameters():
+            if not parameter.is_floating_point() or parameter.numel() == 0:
+                continue
+            values = parameter.detach().to(torch.float64)
+            spread = float(values.std()) if values.numel() > 1 else 0.0
+            if not math.isfinite(spread) or spread == 0.0:
+                spread = 0.02
+            noise = torch.randn(parameter.shape, generator=generator, dtype=torch.float64)
+            parameter.add_(
+                (WITNESS_PERTURBATION * spread * noise).to(parameter.device, parameter.dtype)
+            )
+    return work
+
+
+def _confirm_break(
+    model: nn.Module, example: torch.Tensor, cert: Certificate, output_type: FieldType | None
+) -> bool:
+    """Keep a ``broken`` verdict only with a numerical witness; otherwise make it ``unverified``.
+
+    The operator rules find where a value stops moving with the input, but an equivariant
+    network can pass through such values (queries rotated by their absolute position,
+    whose products depend only on relative ones). A break is therefore stated only when
+    the numerical check ([`verify`][groupattn.check.verify], float64, the representative
+    elements) shows an error above its tolerance — with the given weights or, failing
+    that, with seeded perturbed ones (a certificate must hold for every value of the
+    weights, so a break for some weights is a break). With no witness the verdict
+    becomes ``unverified`` (in place); when the check cannot run at all the verdict
+    stays ``broken`` and a note says it was not confirmed.
+
+    Returns
+    -------
+    bool
+        Whether the verdict is still ``broken``.
+    """
+    from ._verify import verify
+
+    brk = cert.first_break
+    where = f"{brk.node} ({brk.target}): {brk.reason}" if brk is not None else "?"
+    tolerance = 0.0
+    for label, candidate in (("its weights", model), ("perturbed weights", None)):
+        try:
+            subject = candidate if candidate is not None else _perturbed_copy(model)
+            report = verify(subject, example, cert.group, certificate=cert, output_type=output_type)
+        except Exception as err:  # the witness search must never turn a verdict into a crash
+            cert.notes.append(
+                f"the break was not confirmed numerically (the numerical check could not run: "
+                f"{type(err).__name__}: {err})"
+            )
+            return True
+        tolerance = report.tolerance
+        if report.refuted:
+            worst = report.worst(clean=True)
+            if worst is not None:
+                leaf, g = worst
+                cert.notes.append(
+                    f"break confirmed numerically with {label}: relative error "
+                    f"{leaf.clean_errors[g]:.3e} > {report.tolerance:.1e} at {g!r} on {leaf.label}"
+                )
+            return True
+        if not report.conclusive:
+            cert.notes.append(
+                "the break was not confirmed numerically: every sample has a canonicalizer tie or non-finite values"
+            )
+            return True
+    cert.verdict = Status.UNVERIFIED
+    cert.first_break = None
+    cert.reason = (
+        f"the operator rules find a break at {where}, but no element moves the output by more "
+        f"than {tolerance:.1e} (relative, float64), with the model's weights or perturbed ones: "
+        "the break is not shown, and the network is not proven equivariant"
+    )
+    cert.unverified.append((brk.node if brk is not None else "output", cert.reason))
+    return False
 
 
 def _run_pass(
@@ -392,16 +476,197 @@ def _verdict(
     return cert
 
 
-def _python_state(model: nn.Module) -> list[tuple[str, str, str]]:
-    """Plain Python attributes of every module (numbers, strings, flags, tuples of them)."""
-    state = []
-    for path, m in model.named_modules():
-        for key, value in vars(m).items():
-            if key.startswith("_") or isinstance(value, torch.Tensor | nn.Module):
+def _unverified(result: Certificate, reason: str) -> None:
+    result.verdict = Status.UNVERIFIED
+    result.reason = reason
+    result.output_type = None
+
+
+def _check_runtime_behaviour(model: nn.Module, example: torch.Tensor, result: Certificate) -> None:
+    """Make a certificate ``unverified`` when the eager model is not the program that was checked.
+
+    The trace is one run of the Python code on the example input. What it cannot show,
+    looked for here in eager mode (in place on ``result``):
+
+    1. state kept between calls — the model's attributes (containers included), its
+       classes' attributes, the data globals of the Python modules that define its classes
+       and hooks, its hooks' closures, and the random generators of ``random``, NumPy and
+       torch — compared around two calls, after a first call that fills caches;
+    2. outputs that differ between two evaluations on the same input;
+    3. Python branches on values, strides, the batch size or other properties of the
+       input: the numerical check (float64, the group's generators) on three more inputs —
+       the example scaled and shifted, its first sample alone, and large random values
+       laid out non-contiguously with one sample more. A certified network must move
+       exactly with every input, not only the example. A probe the model refuses (an
+       exception, e.g. a fixed batch size) is noted and skipped.
+    """
+    with torch.no_grad():
+        model(example.clone())  # caches and lazy tables are filled here, not counted
+        before = _python_state(model)
+        a, b = model(example.clone()), model(example.clone())
+        after = _python_state(model)
+    if after != before:
+        changed = sorted({where for (where, _), (_, _) in _differences(before, after)})
+        _unverified(
+            result,
+            "the model changes Python state when it runs ("
+            + ", ".join(changed[:4])
+            + "): a counter, a cache or a random draw can change its behaviour between calls, which no trace shows",
+        )
+        return
+    if not _same_outputs(a, b):
+        _unverified(
+            result,
+            "the model's output differs between two evaluations on the same input: it draws random numbers "
+            "or keeps state between calls",
+        )
+        return
+    if example.is_floating_point() and example.numel():
+        from ._verify import verify
+
+        generator = torch.Generator().manual_seed(0)
+        probes = [("the example scaled and shifted", 3.0 * example + 1.0)]
+        if example.dim() >= 1:
+            probes.append(("its first sample alone", 2.0 * example[:1] - 0.5))
+            larger = (example.shape[0] + 1, *example.shape[1:])
+            noise = torch.randn(tuple(reversed(larger)), generator=generator, dtype=example.dtype)
+            # large values in a non-contiguous layout, one sample more than the example
+            probes.append(
+                ("large random values", (10.0 * noise).permute(*reversed(range(example.dim()))))
+            )
+        for label, probe in probes:
+            try:
+                report = verify(
+                    model,
+                    probe,
+                    result.group,
+                    elements=result.group.generators(),
+                    certificate=result,
+                )
+            except Exception as err:  # the probe itself cannot run: say so, keep the verdict
+                result.notes.append(
+                    f"the check on {label} could not run: {type(err).__name__}: {err}"
+                )
                 continue
-            if isinstance(value, int | float | bool | str | tuple | type(None)):
-                state.append((path, key, repr(value)))
+            if report.refuted:
+                worst = report.worst(clean=True)
+                detail = ""
+                if worst is not None:
+                    leaf, g = worst
+                    detail = (
+                        f" (relative error {leaf.clean_errors[g]:.3e} at {g!r} on {leaf.label})"
+                    )
+                _unverified(
+                    result,
+                    f"the network is not equivariant on {label}{detail}, although its trace on the example "
+                    "input is: its Python code takes another path for other inputs (a branch on values, strides "
+                    "or the batch), which the trace does not show",
+                )
+                return
+
+
+_MODULE_INTERNALS = frozenset(vars(nn.Module()))
+_SIMPLE = (int, float, bool, str, bytes, complex, type(None))
+
+
+def _snapshot(value: Any, depth: int = 0) -> Any:
+    """A comparable summary of plain Python data (containers to depth 3); ``None`` for anything else."""
+    if isinstance(value, _SIMPLE):
+        return repr(value)
+    if depth >= 3:
+        return "…"
+    if isinstance(value, list | tuple):
+        return (
+            type(value).__name__,
+            len(value),
+            tuple(_snapshot(v, depth + 1) for v in value[:64]),
+        )
+    if isinstance(value, set | frozenset):
+        return (type(value).__name__, len(value), tuple(sorted(repr(v) for v in list(value)[:64])))
+    if isinstance(value, dict):
+        return (
+            "dict",
+            len(value),
+            tuple((repr(k), _snapshot(v, depth + 1)) for k, v in list(value.items())[:64]),
+        )
+    return None
+
+
+def _data_items(namespace: dict[str, Any]) -> list[tuple[str, Any]]:
+    out = []
+    for key, value in list(namespace.items()):
+        if key.startswith("__") and key.endswith("__"):
+            continue
+        summary = _snapshot(value)
+        if summary is not None:
+            out.append((key, summary))
+    return out
+
+
+def _python_state(model: nn.Module) -> list[tuple[tuple[str, str], Any]]:
+    """Plain Python data the model could keep between calls (see ``_check_runtime_behaviour``)."""
+    state: list[tuple[tuple[str, str], Any]] = []
+    classes: dict[type, None] = {}
+    functions: list[tuple[str, Any]] = []
+    for path, m in model.named_modules():
+        where = path or type(m).__name__
+        for key, value in vars(m).items():
+            if key in _MODULE_INTERNALS or isinstance(value, torch.Tensor | nn.Module):
+                continue
+            summary = _snapshot(value)
+            if summary is not None:
+                state.append(((where, key), summary))
+        for cls in type(m).__mro__:
+            if cls.__module__.startswith(("torch", "builtins")):
+                continue
+            classes.setdefault(cls)
+        for hooks in (m._forward_pre_hooks, m._forward_hooks):
+            functions.extend((f"{where} hook", h) for h in hooks.values())
+        if "forward" in vars(m):
+            functions.append((f"{where}.forward", vars(m)["forward"]))
+    modules: dict[str, None] = {}
+    for cls in classes:
+        state.extend(((cls.__qualname__, k), v) for k, v in _data_items(dict(vars(cls))))
+        modules.setdefault(cls.__module__)
+    for where, fn in functions:
+        fn = getattr(fn, "func", fn)  # functools.partial
+        fn = getattr(fn, "__func__", fn)  # bound methods
+        for i, cell in enumerate(getattr(fn, "__closure__", None) or ()):
+            try:
+                summary = _snapshot(cell.cell_contents)
+            except ValueError:  # an empty cell
+                continue
+            if summary is not None:
+                state.append(((where, f"closure {i}"), summary))
+        module = getattr(fn, "__module__", None)
+        if isinstance(module, str):
+            modules.setdefault(module)
+    for name in modules:
+        if name.startswith("torch"):
+            continue
+        namespace = getattr(sys.modules.get(name), "__dict__", None)
+        if isinstance(namespace, dict):
+            state.extend(((f"module {name}", k), v) for k, v in _data_items(namespace))
+    state.append((("random", "state"), random.getstate()))
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        kind, keys, position, *_ = numpy.random.get_state()
+        state.append((("numpy.random", "state"), (kind, position, keys[:8].tolist())))
+    state.append((("torch.random", "state"), torch.random.get_rng_state().tolist()[:64]))
     return state
+
+
+def _differences(
+    before: list[tuple[tuple[str, str], Any]], after: list[tuple[tuple[str, str], Any]]
+) -> list[tuple[tuple[str, Any], tuple[str, Any]]]:
+    """Pairs ``((where, value before), (where, value after))`` that differ; ``where`` names the place."""
+    old, new = dict(before), dict(after)
+    out = []
+    for key in old.keys() | new.keys():
+        if old.get(key) != new.get(key):
+            where = " ".join(key)
+            out.append(((where, old.get(key)), (where, new.get(key))))
+    return out
 
 
 def _same_outputs(a: Any, b: Any) -> bool:

@@ -31,6 +31,7 @@ from .._command_line import (
     one_line,
     seed_value,
 )
+from .._errors import GroupattnError
 from .._resources import BudgetError, estimate_model_memory
 from ..actions import FieldType, GridField, check_acts_on_grid
 from ..groups import Group, GroupError, describe_group_names, parse_group_name
@@ -424,7 +425,7 @@ def _execute(args: argparse.Namespace, plan: _Plan) -> int:
     x = torch.randn(*plan.shape, generator=generator)
     try:  # one forward pass: the model's own check of the input, and the cost of the numerical check
         cost = estimate_verification(model, x, plan.group)
-    except GroupError as err:
+    except GroupattnError as err:  # a shape, dtype or configuration error of the model's own check
         raise UsageError(
             f"the model rejects --input-shape {','.join(map(str, plan.shape))}: {err}"
         ) from err

@@ -86,6 +86,7 @@ def _library_leaves() -> dict[type, Any]:
         AdaptivePolyphaseDownsample,
         AdaptivePolyphaseUpsample,
         ArgmaxCanonicalizer,
+        PatchGridAnchor,
         PolyphaseAnchor,
         PolyphaseUnanchor,
     )
@@ -99,6 +100,7 @@ def _library_leaves() -> dict[type, Any]:
         AdaptivePolyphaseDownsample: always,
         AdaptivePolyphaseUpsample: always,
         ArgmaxCanonicalizer: always,
+        PatchGridAnchor: always,
         LiftedPolyphaseDownsample: always,
         WindowAttention: anchored,
         PatchMerging: anchored,
@@ -145,7 +147,11 @@ def is_trusted_leaf(module: nn.Module, user_contracts: bool) -> bool:
     if cls.__module__.startswith("groupattn."):
         return False
     declared = "contract" in cls.__dict__ or registered_contract(cls) is _registry_entry(cls)
-    return user_contracts and declared
+    # a contract registered for a foreign class with ``checker_leaf = True`` (e.g. escnn's
+    # modules, whose bodies no operator rule can follow) keeps that exact class whole in
+    # both passes
+    always = bool(getattr(_registry_entry(cls), "checker_leaf", False))
+    return (user_contracts or always) and declared
 
 
 @dataclass

@@ -16,7 +16,14 @@ import torch
 
 from ..actions import FieldType, GridField, InvariantField, LiftedField, TokenField, point_group_of
 from ..contracts import ContractError, Status, contract_of
-from ..groups import FiniteGroup, Group, GroupElement, GroupError, TorusTranslations
+from ..groups import (
+    FiniteGroup,
+    Group,
+    GroupElement,
+    GroupError,
+    RotoTranslationGroup,
+    TorusTranslations,
+)
 from ._export import LeafCall
 from ._values import (
     Breaks,
@@ -97,6 +104,15 @@ def candidate_groups(group: Group, shape: tuple[int, ...]) -> list[Group]:
                     continue
                 if candidate != group:
                     out.append(candidate)
+    if isinstance(group, RotoTranslationGroup) and group.size is not None and len(shape) >= 4:
+        # roto-translations of a coarse square grid (patch tokens of a finer image): the
+        # group's action on it is checked map by map in ``match_elements``
+        side = int(shape[-1])
+        if side == int(shape[-2]) and side and side != group.size and group.size % side == 0:
+            try:
+                out.append(RotoTranslationGroup(group.point_group, side))
+            except GroupError:
+                pass
     return out
 
 
@@ -126,6 +142,20 @@ def _element_guesses(frame_group: Group, g: GroupElement, target: Group) -> list
         if sy and sx and dy % sy == 0 and dx % sx == 0:
             try:
                 guesses.append(target.element((dy // sy, dx // sx)))
+            except (GroupError, ValueError):
+                pass
+    if (
+        isinstance(frame_group, RotoTranslationGroup)
+        and isinstance(target, RotoTranslationGroup)
+        and frame_group.size is not None
+        and target.size
+        and frame_group.size % target.size == 0
+    ):
+        c = frame_group.size // target.size
+        (dy, dx), h = g.value
+        if dy % c == 0 and dx % c == 0:
+            try:
+                guesses.append(target.element(((dy // c, dx // c), h)))
             except (GroupError, ValueError):
                 pass
     return guesses

@@ -256,6 +256,11 @@ class RotoTranslationGroup(SemidirectProduct):
     def key(self) -> Hashable:
         return (self.point_group, self.size)
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # rebuilt from its arguments: the action is a closure, which neither ``copy`` nor
+        # ``pickle`` can carry (models holding a group are deep-copied by ``verify``)
+        return (RotoTranslationGroup, (self.point_group, self.size))
+
     @property
     def translations(self) -> Group:
         """The translation subgroup ``T``."""

@@ -19,17 +19,23 @@ groupattn 0.1 (``heads``, ``patch``, ``window``, ``channels``, ``head_channels``
 deprecated aliases for one release (also through [`create`][groupattn.models.create]).
 """
 
+from ._escnn_hybrid import EscnnHybrid
+from ._group_swin import GroupSwin
 from ._group_vit import GroupViT
 from ._gsa import GSANet
+from ._p4_vit import P4ViT
 from ._registry import ModelSpec, create, get_spec, list_models, register_model
 from ._swin import ShiftSwin
 from ._twins import ShiftTwins
 from ._vit import ShiftViT
 
 __all__ = [
+    "EscnnHybrid",
     "GSANet",
+    "GroupSwin",
     "GroupViT",
     "ModelSpec",
+    "P4ViT",
     "ShiftSwin",
     "ShiftTwins",
     "ShiftViT",

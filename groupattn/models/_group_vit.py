@@ -18,7 +18,7 @@ from ..nn import (
     LiftedPatchEmbedding,
     chain_contract,
 )
-from ..positional import LiftedAbsolutePositionalEncoding
+from ..positional import LiftedAbsolutePositionalEncoding, LiftedOrbitPositionalEncoding
 from ._inputs import install_input_check
 from ._registry import register_model
 
@@ -29,19 +29,22 @@ class GroupViT(nn.Module):
     """A vanilla group-equivariant ViT for C4 or D4.
 
     ``LiftedPatchEmbedding`` (kernels rotated by every ``h``; overlapping windows, no
-    bias) → group attention blocks with invariant orbital positional tables → ``GroupLayerNorm`` (over channels and
-    group axis) → max over the group axis and over space → ``Linear``. (Max rather than
+    bias) → ``LiftedOrbitPositionalEncoding`` (a learned absolute position per orbit of
+    (group element, position) about the image centre; ``absolute_position=True``) →
+    group attention blocks with invariant orbital positional tables → ``GroupLayerNorm``
+    (over channels and group axis) → max over the group axis and over space → ``Linear``. (Max rather than
     mean over space: most of a digit canvas is background, and a spatial mean leaves the
     pooled features of different digits nearly equal — the equivariant model then
     barely trains.) Rotations and reflections
     about the image centre map the patch grid onto itself (the patch size divides the
-    side), so the logits are exactly invariant to C4 (D4) and to circular translations
-    by multiples of the patch size. The baseline (``equivariant=False``) is the plain
+    side), so the logits are exactly invariant to C4 (D4) (and, without absolute
+    positions, to circular translations by multiples of the patch size). The baseline (``equivariant=False``) is the plain
     ViT: trivial point group (ordinary patch embedding, same window and bias setting)
     plus a learned absolute position embedding.
 
-    Contract: *invariant* under ``H`` and ``TorusTranslations(g, g, stride=patch)``;
-    *breaks* under other translations (strided patch grid); baseline: *breaks* under
+    Contract: *invariant* under ``H``; with ``absolute_position=False`` also under
+    ``TorusTranslations(g, g, stride=patch)``; *breaks* under other translations
+    (strided patch grid; absolute positions); baseline: *breaks* under
     rotations ("plain ViT baseline: absolute positional encoding is not
     rotation-invariant").
 
@@ -77,6 +80,18 @@ class GroupViT(nn.Module):
         wider window makes it learn several times faster (1,348 MNIST digits, 5 epochs,
         seed 0: 38.8 % with ``2 · patch_size``, 54.1 % with ``3 · patch_size``; the
         baseline 77.1 % / 74.8 %).
+    absolute_position
+        Add a [`LiftedOrbitPositionalEncoding`][groupattn.positional.LiftedOrbitPositionalEncoding]
+        after the embedding (equivariant model only; the baseline always has its free
+        per-position embedding). It tells each token where it sits relative to the image
+        centre, which relative encodings cannot, at no cost to rotation invariance; it
+        gives up invariance to translations by the patch size (``False`` keeps it: the
+        relative-only model, e.g. behind an anchor).
+    mix_orientations
+        The blocks' MLPs mix the group axis with learned 1 × 1 group convolutions (see
+        [`GroupMLP`][groupattn.nn.GroupMLP]; a no-op for the baseline's trivial group).
+        3,750 MNIST training digits, 5 epochs, seed 0: 84.9 % with, 80.2 % without
+        (baseline 90.0 %).
     """
 
     def __init__(
@@ -93,6 +108,8 @@ class GroupViT(nn.Module):
         encoding: str = "table",
         embed_bias: bool = False,
         embed_kernel: int | None = None,
+        absolute_position: bool = True,
+        mix_orientations: bool = True,
     ) -> None:
         super().__init__()
         if image_size % patch_size:
@@ -111,12 +128,24 @@ class GroupViT(nn.Module):
         self.embed = LiftedPatchEmbedding(
             in_channels, dim, patch_size, pg, bias=embed_bias, kernel_size=kernel
         )
+        self.absolute_position = absolute_position
         self.position: nn.Module = (
-            nn.Identity() if equivariant else LiftedAbsolutePositionalEncoding(dim, pg, grid)
+            LiftedAbsolutePositionalEncoding(dim, pg, grid)
+            if not equivariant
+            else LiftedOrbitPositionalEncoding(dim, pg, grid)
+            if absolute_position
+            else nn.Identity()
         )
         self.blocks = nn.Sequential(
             *[
-                GroupBlock(dim, pg, num_heads=num_heads, encoding=encoding, grid=grid)
+                GroupBlock(
+                    dim,
+                    pg,
+                    num_heads=num_heads,
+                    encoding=encoding,
+                    grid=grid,
+                    mix_orientations=mix_orientations,
+                )
                 for _ in range(depth)
             ]
         )

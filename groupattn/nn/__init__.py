@@ -18,7 +18,8 @@ from ._group import (
     LiftedPolyphaseDownsample,
     SymmetricConvStem,
 )
-from ._group_patch import LiftedPatchEmbedding, LiftingConvolution
+from ._group_patch import GroupConvolution, LiftedPatchEmbedding, LiftingConvolution
+from ._group_swin import GroupPatchMerging, GroupWindowBlock, LiftedUpsample
 from ._heads import ClassToken, ClassTokenReadout
 from ._merge import PatchMerging
 from ._mlp import MLP
@@ -33,14 +34,18 @@ __all__ = [
     "EquivariantModule",
     "FrameAveraging",
     "GroupBlock",
+    "GroupConvolution",
     "GroupGlobalPool",
     "GroupLayerNorm",
     "GroupMLP",
+    "GroupPatchMerging",
     "GroupPooling",
+    "GroupWindowBlock",
     "LearnedCanonicalizer",
     "LiftedAvgPool",
     "LiftedPatchEmbedding",
     "LiftedPolyphaseDownsample",
+    "LiftedUpsample",
     "LiftingConvolution",
     "PatchEmbedding",
     "PatchMerging",

@@ -212,7 +212,13 @@ class GroupMLP(EquivariantModule):
     itself: calling it checks the input is ``(B, dim, |H|, H, W)``.
 
     ``Linear(C, hidden) → GELU → Linear(hidden, C_out)`` applied to every
-    ``(h, x)`` token of ``(B, C, |H|, H, W)``.
+    ``(h, x)`` token of ``(B, C, |H|, H, W)``. With ``mix_orientations=True`` each linear
+    map is a 1 × 1 [`GroupConvolution`][groupattn.nn.GroupConvolution] instead: output
+    slice ``h`` reads every input slice ``h'`` through a learned weight that depends on
+    ``h⁻¹h'`` only (``|H|`` times the weights). Pointwise maps never mix orientations, so
+    in a lifted transformer only the attention weights — positive, over the same values —
+    could; the learned mixing lets the model combine "this edge at 0°" with "that edge at
+    90°" directly (for the trivial group it is the pointwise MLP itself).
 
     Contract: equivariant ``LiftedField(H) → LiftedField(H)``.
 
@@ -226,6 +232,9 @@ class GroupMLP(EquivariantModule):
         ``H`` (instance or name).
     out_dim
         Output width ``C_out`` (``C`` by default).
+    mix_orientations
+        Mix the group axis with learned 1 × 1 group convolutions (``False``: shared
+        pointwise maps). Needs a square grid under quarter turns.
 
     Notes
     -----
@@ -239,17 +248,33 @@ class GroupMLP(EquivariantModule):
 
     @renamed_arguments(channels="dim", out_channels="out_dim")
     def __init__(
-        self, dim: int, hidden: int, point_group: PointGroup | str, out_dim: int | None = None
+        self,
+        dim: int,
+        hidden: int,
+        point_group: PointGroup | str,
+        out_dim: int | None = None,
+        mix_orientations: bool = False,
     ) -> None:
         pg = resolve_point_group(point_group, "GroupMLP")
         super().__init__(LiftedField(pg), LiftedField(pg), in_channels=dim)
         self.point_group = pg
         self.dim = dim
-        self.fc1 = nn.Linear(dim, hidden)
+        self.mix_orientations = bool(mix_orientations) and pg.order() > 1
+        self.fc1: nn.Module
+        self.fc2: nn.Module
+        if self.mix_orientations:
+            from ._group_patch import GroupConvolution
+
+            self.fc1 = GroupConvolution(dim, hidden, 1, pg)
+            self.fc2 = GroupConvolution(hidden, out_dim or dim, 1, pg)
+        else:
+            self.fc1 = nn.Linear(dim, hidden)
+            self.fc2 = nn.Linear(hidden, out_dim or dim)
         self.act = nn.GELU()
-        self.fc2 = nn.Linear(hidden, out_dim or dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.mix_orientations:
+            return self.fc2(self.act(self.fc1(x)))
         y = self.fc2(self.act(self.fc1(x.movedim(1, -1))))
         return y.movedim(-1, 1)
 
@@ -279,6 +304,8 @@ class GroupBlock(nn.Module):
         Passed to [`GroupSelfAttention`][groupattn.attention.GroupSelfAttention].
     mlp_ratio
         Hidden width of the MLP relative to ``C``.
+    mix_orientations
+        Passed to [`GroupMLP`][groupattn.nn.GroupMLP]: learned mixing of the group axis.
 
     Notes
     -----
@@ -298,6 +325,7 @@ class GroupBlock(nn.Module):
         grid: int | tuple[int, int] | None = None,
         query_position: bool = False,
         mlp_ratio: float = 2.0,
+        mix_orientations: bool = False,
     ) -> None:
         super().__init__()
         self.point_group = resolve_point_group(point_group, "GroupBlock")
@@ -315,7 +343,12 @@ class GroupBlock(nn.Module):
             query_position=query_position,
         )
         self.norm2 = GroupLayerNorm(dim, self.point_group)
-        self.mlp = GroupMLP(dim, max(1, int(dim * mlp_ratio)), self.point_group)
+        self.mlp = GroupMLP(
+            dim,
+            max(1, int(dim * mlp_ratio)),
+            self.point_group,
+            mix_orientations=mix_orientations,
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_floating_input(x, "GroupBlock")

@@ -24,7 +24,7 @@ from ..contracts import Contract
 from ..contracts._module import check_floating_input
 from ..groups import Group, GroupError, PointGroup, TorusTranslations
 
-__all__ = ["LiftedPatchEmbedding", "LiftingConvolution"]
+__all__ = ["GroupConvolution", "LiftedPatchEmbedding", "LiftingConvolution"]
 
 
 def _rotated_kernels(weight: torch.Tensor, point_group: PointGroup, module: str) -> torch.Tensor:
@@ -317,3 +317,160 @@ class LiftingConvolution(nn.Module):
     def extra_repr(self) -> str:
         k = self.kernel_size
         return f"{self.in_channels}->{self.dim}, {self.point_group.name}, circular {k}x{k}"
+
+
+def _group_kernels(weight: torch.Tensor, point_group: PointGroup, module: str) -> torch.Tensor:
+    """Kernels ``(O, I, |H|, k, k)`` of a group convolution transformed by every ``h ∈ H``.
+
+    Output slice ``h`` uses ``W_h[o, i, h', u] = W[o, i, h⁻¹h', h⁻¹u]``: the taps rotated
+    (reflected) by ``h`` and the input group axis permuted. Returns ``(|H|·O, I·|H|, k, k)``
+    (slice-major rows, input channels ``i·|H| + h'``), ready for one ``conv2d``.
+    """
+    elements = point_group.elements()
+    out, inp, order, k, _ = weight.shape
+    slices = []
+    for h in elements:
+        inverse = point_group.inverse(h)
+        permutation = [point_group.index(point_group.compose(inverse, g)) for g in elements]
+        moved = transform_grid(weight, SpatialElement((0, 0), point_group, h), module)
+        slices.append(moved[:, :, permutation])
+    return torch.cat(slices).reshape(order * out, inp * order, k, k)
+
+
+class GroupConvolution(nn.Module):
+    """A group convolution on the torus: ``(B, in_channels, |H|, H, W) → (B, dim, |H|, H, W)``.
+
+    The lifted-to-lifted layer of a p4 / p4m group CNN (Cohen & Welling, 2016): output slice
+    ``h`` is the circular ``k × k`` convolution (stride 1, optional dilation) of all input
+    slices with the kernel transformed by ``h``, ``W_h[·, h', u] = W[·, h⁻¹h', h⁻¹u]``
+    (taps rotated / reflected about the kernel's centre, input slices permuted). Rotating
+    the input by ``g`` about the grid centre — moving every slice and permuting slices
+    ``h ↦ g h`` — does the same to the output; circular padding keeps every translation of
+    the torus. One convolution computes all slices. Unlike group attention, it mixes
+    orientations with a learned, unconstrained kernel: the cheap way to give a lifted field
+    oriented local features (e.g. the stem of [`GSANet`][groupattn.models.GSANet]).
+
+    Contract: equivariant ``LiftedField(H) → LiftedField(H)`` under torus translations,
+    ``H`` and its subgroups, and ``T ⋊ H``; *breaks* for point groups larger than ``H``.
+
+    Shapes: ``(B, in_channels, |H|, H, W) → (B, dim, |H|, H, W)``.
+
+    Parameters
+    ----------
+    in_channels
+        Input width per group element.
+    dim
+        Output width per group element.
+    kernel_size
+        Odd side ``k``.
+    point_group
+        ``H`` (instance or name); must act exactly on the grid (C1, C2, C4, D1, D2, D4).
+    dilation
+        Spacing of the taps (``≥ 1``); the receptive field is ``dilation · (k − 1) + 1``.
+
+    Raises
+    ------
+    GroupError
+        For a point group not acting on the grid.
+    ConfigurationError
+        For an even or non-positive kernel size, a non-positive width or dilation.
+    ShapeError
+        In ``forward``: a wrong shape, a non-square grid under quarter turns, or a grid
+        smaller than half the receptive field (a window wider than the grid wraps around
+        the torus and stays exactly equivariant).
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        dim: int,
+        kernel_size: int,
+        point_group: PointGroup | str,
+        dilation: int = 1,
+    ) -> None:
+        super().__init__()
+        name = "GroupConvolution"
+        self.point_group = resolve_point_group(point_group, name)
+        if not self.point_group.acts_exactly_on_grid:
+            raise GroupError(
+                f"{name}: expected a point group acting exactly on the grid, got {self.point_group.name}"
+            )
+        for label, value, least in (
+            ("in_channels", in_channels, 1),
+            ("dim", dim, 1),
+            ("kernel_size", kernel_size, 1),
+            ("dilation", dilation, 1),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ConfigurationError(
+                    f"{name}: expected {label} as an int >= {least}, got {value!r}"
+                )
+        if kernel_size % 2 == 0:
+            raise ConfigurationError(f"{name}: expected an odd kernel size, got {kernel_size}")
+        self.in_channels, self.dim = in_channels, dim
+        self.kernel_size, self.dilation = kernel_size, dilation
+        order = self.point_group.order()
+        bound = (3.0 / (in_channels * order * kernel_size * kernel_size)) ** 0.5
+        self.weight = nn.Parameter(
+            torch.empty(dim, in_channels, order, kernel_size, kernel_size).uniform_(-bound, bound)
+        )
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def kernels(self) -> torch.Tensor:
+        """The transformed kernels of all slices, ``(|H|·dim, in_channels·|H|, k, k)`` (slice-major)."""
+        return _group_kernels(self.weight, self.point_group, "GroupConvolution")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        name = "GroupConvolution"
+        g = self.point_group.order()
+        if x.dim() != 5 or x.shape[1] != self.in_channels or x.shape[2] != g:
+            raise ShapeError(
+                f"{name}: expected a lifted field (B, C={self.in_channels}, |{self.point_group.name}|={g}, H, W), "
+                f"got {tuple(x.shape)}"
+            )
+        check_floating_input(x, name)
+        height, width = x.shape[-2:]
+        if height != width and g > 2:
+            raise ShapeError(
+                f"{name}: expected a square grid for {self.point_group.name}, got {height}x{width}"
+            )
+        r = self.dilation * (self.kernel_size // 2)
+        if min(height, width) < r:  # a wider window wraps around the torus, which is fine
+            raise ShapeError(
+                f"{name}: expected a grid of at least {r}x{r} (kernel {self.kernel_size}, dilation "
+                f"{self.dilation}), got {height}x{width}"
+            )
+        flat = x.reshape(x.shape[0], self.in_channels * g, height, width)
+        padded = F.pad(flat, (r, r, r, r), mode="circular")
+        out = F.conv2d(
+            padded,
+            self.kernels().to(x.dtype),
+            self.bias.repeat(g).to(x.dtype),
+            dilation=self.dilation,
+        )
+        return rearrange(out, "b (g o) y x -> b o g y x", g=g)
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """See the class docstring."""
+        t = LiftedField(self.point_group)
+        try:
+            acting = point_group_of(group)
+        except GroupError as err:
+            return Contract.unknown(f"GroupConvolution: {err}", t)
+        if acting is not None:
+            try:
+                for gen in acting.generators():
+                    embed_point_element(gen, self.point_group, "GroupConvolution")
+            except GroupError:
+                return Contract.breaks(
+                    f"GroupConvolution: kernels are only transformed by {self.point_group.name}, "
+                    f"not {acting.name}-equivariant",
+                    t,
+                    t,
+                )
+        return Contract.equivariant(t, t)
+
+    def extra_repr(self) -> str:
+        k = self.kernel_size
+        extra = f", dilation {self.dilation}" if self.dilation != 1 else ""
+        return f"{self.in_channels}->{self.dim}, {self.point_group.name}, circular {k}x{k}{extra}"

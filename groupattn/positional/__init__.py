@@ -31,7 +31,7 @@ from ._group import (
     relative_geometry,
     window_tiling,
 )
-from ._lifted import LiftedAbsolutePositionalEncoding
+from ._lifted import LiftedAbsolutePositionalEncoding, LiftedOrbitPositionalEncoding
 from ._literature import (
     ALiBiBias,
     LogSpacedContinuousBias,
@@ -69,6 +69,7 @@ __all__ = [
     "GroupPositionalEncoding",
     "IndexedTable",
     "LiftedAbsolutePositionalEncoding",
+    "LiftedOrbitPositionalEncoding",
     "LogSpacedContinuousBias",
     "OrbitalBias",
     "OrbitalTableEncoding",

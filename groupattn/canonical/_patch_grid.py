@@ -1,0 +1,515 @@
+"""Patch-grid anchoring: pick the phase of a ``p × p`` patch grid invariantly under p4 / p4m.
+
+A ``p × p`` patch grid on an ``S × S`` torus (``p`` dividing ``S``) has ``p²`` phases:
+the grid with phase ``(a, b)`` has its patches' top-left corners at ``(a + kp, b + lp)``.
+A translation by ``t`` maps the grid of phase ``φ`` onto the grid of phase ``φ + t mod p``,
+and a quarter turn (or a reflection) about the image centre maps it onto the grid of phase
+``h·φ mod p`` — the same linear map that turns a translation vector. The *set* of
+patches of a grid therefore moves with the image under every element of p4 / p4m, and
+so does every score computed from that set alone. Anchoring picks the best-scoring phase
+and rolls the image so that this grid starts at the origin: an input moved by ``(t, h)``
+gives an output moved by ``(t', h)`` with ``t'`` a multiple of ``p`` — the group
+[`StridedRotoTranslationGroup`][groupattn.canonical.StridedRotoTranslationGroup] of the
+canonicalizer's contract, to which a ViT over ``p × p`` patches is exactly invariant.
+
+Scores
+------
+Per patch and channel: its *ring sums* ``r_k`` — the sums over the orbits of D4 about the
+patch centre ([`patch_rings`][groupattn.canonical.patch_rings]: for ``p = 4`` the 4 central
+pixels, the 8 edge pixels and the 4 corners), each added up in an order every turn and
+reflection of the patch keeps (pairs of opposite pixels first; floating-point addition is
+commutative), so a turned or reflected patch gives the same numbers bit for bit — and its
+pixel sum
+``v = Σ_k r_k`` (rings added in a fixed order). Per phase, a cascade of statistics of its
+``(S/p)²`` patches, each again a sum of sorted values, so a moved input permutes the phase
+scores *exactly*, in every dtype, without any rounding of summation order:
+
+1. ``Σ_patches (Σ_c v_c²)²`` (the L4-style energy of the patch sums; the primary score),
+2. ``Σ_patches Σ_c v_c²``,
+3. ``Σ_{neighbouring patches i, j} Σ_c v_c(i) v_c(j)`` (right and lower neighbours on
+   the coarse torus: a set of unordered pairs every element of D4 maps onto itself),
+4. for each ring ``k``, from the centre outwards: ``Σ_patches (Σ_c r_{k,c}²)²`` (where in
+   its patches the image's mass lies: this separates the phases of a single bright pixel),
+5. ``max_patches Σ_c v_c²``.
+
+Ties
+----
+The phases are compared lexicographically by the cascade: a later score decides only
+among the phases tied on all earlier ones. The set of phases tied on every score moves
+with the input exactly (the scores are permuted exactly), so the rule is consistent
+with every rotation, reflection and translation **except** in a *full tie* (two phases
+equal on every score), where the lowest phase index wins. A full tie is harmless when the
+images anchored at the tied phases differ by an element of the strided group — a model
+invariant to that group then gives the same output for either choice. That is the case
+for the full ties of a constant image (all phases give the same image), of an image equal
+to its own quarter turn (``φ`` ties with ``h·φ``), and of a single bright pixel (the ring
+scores leave the four phases that put it on a patch's central pixels, which a quarter turn
+about the image centre and a shift by a multiple of ``p`` relate). Only a full tie
+between phases whose anchored images no element of the strided group relates can break
+invariance. Every full tie is reported as a tie (margin 0) to
+[`record_canonicalizations`][groupattn.canonical.record_canonicalizations], like every
+tie of [`polyphase_anchor`][groupattn.canonical.polyphase_anchor], harmless or not (the
+canonicalizer cannot tell them apart cheaply); the checker's numerical verification then
+sets those samples aside.
+
+Precision
+---------
+Scores in float64 ([`score_dtype`][groupattn.canonical.score_dtype]) with autocast
+disabled; the roll runs in the input's dtype (the output is a permutation of the input,
+bit for bit).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Hashable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..actions import GridField
+from ..contracts import Contract
+from ..groups import (
+    Group,
+    GroupElement,
+    GroupError,
+    PointGroup,
+    RotoTranslationGroup,
+    TorusTranslations,
+)
+from ..groups._base import Group as _Group
+from ..groups._products import _FiniteRotoTranslationGroup
+from ._argmax import argmax_with_margin
+from ._polyphase import _check_stride, _gather_roll
+from ._precision import scoring, to_score_dtype
+from ._types import Canonicalized
+
+__all__ = [
+    "PatchGridAnchor",
+    "StridedRotoTranslationGroup",
+    "num_patch_grid_scores",
+    "patch_grid_anchor",
+    "patch_grid_phase",
+    "patch_grid_scores",
+    "patch_rings",
+]
+
+
+class StridedRotoTranslationGroup(_FiniteRotoTranslationGroup):
+    """Roto-translations ``T_s ⋊ H`` of the ``n × n`` torus whose translations are multiples of ``s``.
+
+    The subgroup of ``RotoTranslationGroup(H, n)`` (p4 for ``H = C4``, p4m for ``D4``)
+    made of the elements ``p ↦ h·p + t`` with both offsets of ``t`` multiples of ``s``
+    (``h`` turns or reflects about the image centre, as in p4). It is what
+    [`PatchGridAnchor`][groupattn.canonical.PatchGridAnchor] leaves of p4 / p4m: a model over
+    ``s × s`` patches with invariant positional information is invariant to it.
+
+    Elements are pairs ``((dy, dx), h)`` in **pixels** (like ``RotoTranslationGroup``;
+    ``dy`` and ``dx`` multiples of ``s``, reduced modulo ``n``), so images, lifted fields
+    and tokens move by it exactly as by the same element of p4.
+    Generators: ``((s, 0), e)``, ``((0, s), e)`` and the point group's.
+
+    Parameters
+    ----------
+    point_group
+        ``H``, acting exactly on the grid (C1, C2, C4, D1, D2, D4).
+    size
+        The torus side ``n`` in pixels.
+    stride
+        ``s ≥ 1``, dividing ``n``.
+
+    Raises
+    ------
+    GroupError
+        For a stride that does not divide the size, or a point group that does not act
+        exactly on the grid.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> StridedRotoTranslationGroup:
+        # always this class (``RotoTranslationGroup.__new__`` picks its own finite
+        # subclass); no required arguments, so that copy and pickle can rebuild it
+        return _Group.__new__(cls)
+
+    def __init__(self, point_group: PointGroup, size: int, stride: int = 1) -> None:
+        stride = _check_stride("StridedRotoTranslationGroup", stride)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1 or size % stride:
+            raise GroupError(
+                f"StridedRotoTranslationGroup: expected a size divisible by the stride {stride}, got {size!r}"
+            )
+        RotoTranslationGroup.__init__(self, point_group, size)
+        self.stride = stride
+        if stride > 1:
+            self.name = f"{self.name}*{stride}"
+
+    def key(self) -> Hashable:
+        return (self.point_group, self.size, self.stride)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (StridedRotoTranslationGroup, (self.point_group, self.size, self.stride))
+
+    def _validate(self, value: Any) -> tuple[Any, Any]:
+        t, h = super()._validate(value)
+        if t[0] % self.stride or t[1] % self.stride:
+            raise GroupError(
+                f"{self.name}: expected a translation by multiples of {self.stride}, got {t}"
+            )
+        return (t, h)
+
+    def _enumerate(self) -> list[Any]:
+        n, s = self.size, self.stride
+        assert n is not None
+        shifts = [(i, j) for i in range(0, n, s) for j in range(0, n, s)]
+        return [(t, h) for h in self.point_group._values() for t in shifts]
+
+    def _order_without_enumeration(self) -> int:
+        assert self.size is not None
+        side = self.size // self.stride
+        return side * side * self.point_group.order()
+
+    def _sample(self, rng: random.Random) -> Any:
+        assert self.size is not None
+        side = self.size // self.stride
+        k = rng.randrange(side * side)
+        t = ((k // side) * self.stride, (k % side) * self.stride)
+        return (t, self.point_group._sample(rng))
+
+    def generators(self) -> list[GroupElement]:
+        e = self.point_group._identity()
+        s = self.stride % (self.size or 1)
+        gens = [GroupElement(self, ((s, 0), e)), GroupElement(self, ((0, s), e))]
+        gens += [GroupElement(self, ((0, 0), h.value)) for h in self.point_group.generators()]
+        return gens
+
+    def word(self, g: Any) -> list[int]:
+        """``dy/s`` steps of the first generator, ``dx/s`` of the second, then the point group's word."""
+        (dy, dx), h = self.element(g).value
+        s = self.stride
+        return [0] * (dy // s) + [1] * (dx // s) + [2 + k for k in self.point_group.word(h)]
+
+
+def _window_view(x: torch.Tensor, p: int) -> torch.Tensor:
+    """``(B, C, S, S, p, p)`` view: the circular ``p × p`` window whose top-left corner is each pixel."""
+    if p > 1:
+        x = torch.cat([x, x[:, :, : p - 1]], dim=2)
+        x = torch.cat([x, x[:, :, :, : p - 1]], dim=3)
+    return x.unfold(2, p, 1).unfold(3, p, 1)
+
+
+def _ring_orbits(p: int) -> list[list[tuple[tuple[int, int], ...]]]:
+    """Per ring of [`patch_rings`][groupattn.canonical.patch_rings]: its C4 orbits, each as
+    ``(o, r²o, r·o, r³o)`` (``r``: a quarter turn about the patch centre), or ``(o,)`` for
+    the centre pixel of an odd patch."""
+    out: list[list[tuple[tuple[int, int], ...]]] = []
+    for ring in patch_rings(p):
+        seen: set[tuple[int, int]] = set()
+        orbits: list[tuple[tuple[int, int], ...]] = []
+        for flat in ring:
+            o = (flat // p, flat % p)
+            if o in seen:
+                continue
+            turns = [o]
+            for _ in range(3):
+                u, v = turns[-1]
+                turns.append((v, p - 1 - u))
+            seen.update(turns)
+            orbits.append((o,) if turns[1] == o else (turns[0], turns[2], turns[1], turns[3]))
+        out.append(orbits)
+    return out
+
+
+def _ring_sums(w: torch.Tensor, p: int) -> list[torch.Tensor]:
+    """Ring sums ``(B, C, S, S)`` from the window view, each the same float for a turned or reflected patch.
+
+    A C4 orbit ``(o, r²o, r·o, r³o)`` is summed as ``(x_o + x_{r²o}) + (x_{ro} + x_{r³o})``:
+    a quarter turn swaps the two pairs, a half turn swaps within both, a reflection maps
+    the pairs onto pairs, and floating-point addition is commutative, so the sum is the
+    same float. A ring made of two C4 orbits (the mirror images of each other) adds their
+    sums, again commutatively.
+    """
+    sums = []
+    for orbits in _ring_orbits(p):
+        parts = []
+        for orbit in orbits:
+            if len(orbit) == 1:
+                parts.append(w[..., orbit[0][0], orbit[0][1]])
+                continue
+            a, c, b, d = (w[..., u, v] for u, v in orbit)
+            parts.append((a + c) + (b + d))
+        sums.append(parts[0] if len(parts) == 1 else parts[0] + parts[1])
+    return sums
+
+
+def patch_rings(patch_size: int) -> tuple[tuple[int, ...], ...]:
+    """The orbits of D4 (turns and reflections about the patch centre) on a patch's pixels.
+
+    Parameters
+    ----------
+    patch_size
+        ``p ≥ 1``.
+
+    Returns
+    -------
+    tuple of tuple of int
+        Flat offsets ``u·p + v`` of each orbit ("ring"), from the centre outwards (three
+        rings for ``p = 4``: the 4 central pixels, the 8 edge pixels, the 4 corners).
+    """
+    p = _check_stride("patch_rings", patch_size)
+    rings: dict[tuple[int, int], list[int]] = {}
+    for u in range(p):
+        for v in range(p):
+            a, b = abs(2 * u - (p - 1)), abs(2 * v - (p - 1))
+            rings.setdefault((min(a, b), max(a, b)), []).append(u * p + v)
+    keys = sorted(rings, key=lambda k: (k[0] ** 2 + k[1] ** 2, k))
+    return tuple(tuple(rings[k]) for k in keys)
+
+
+def num_patch_grid_scores(patch_size: int) -> int:
+    """Length of the cascade of [`patch_grid_scores`][groupattn.canonical.patch_grid_scores] for ``p``.
+
+    Parameters
+    ----------
+    patch_size
+        ``p ≥ 1``.
+
+    Returns
+    -------
+    int
+        ``4 +`` the number of [`patch_rings`][groupattn.canonical.patch_rings] (7 for ``p = 4``).
+    """
+    return 4 + len(patch_rings(patch_size))
+
+
+def _sorted_sum(v: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Sum of ``v`` along ``dim`` in ascending order: the same float for any permutation."""
+    return torch.sort(v, dim=dim).values.sum(dim=dim)
+
+
+def _phase_major(q: torch.Tensor, p: int) -> torch.Tensor:
+    """``(B, S, S) → (B, p², (S/p)²)``: row ``a·p + b`` lists the patches of phase ``(a, b)``."""
+    b, s = q.shape[0], q.shape[1]
+    m = s // p
+    return q.reshape(b, m, p, m, p).permute(0, 2, 4, 1, 3).reshape(b, p * p, m * m)
+
+
+def _scores(x: torch.Tensor, p: int) -> torch.Tensor:
+    """[`patch_grid_scores`][groupattn.canonical.patch_grid_scores] after the checks, in the dtype of ``x``."""
+    b, _, s, _ = x.shape
+    m = s // p
+    # ring sums (B, C, S, S); the patch sum adds them in ring order: every number below is
+    # the same float for a turned or reflected patch
+    rings = _ring_sums(_window_view(x, p), p)
+    v = rings[0]
+    for r in rings[1:]:
+        v = v + r
+    q = (v * v).sum(dim=1)  # channels in a fixed order
+    # neighbour products of each phase's coarse grid: right and lower neighbours
+    vp = v.reshape(b, v.shape[1], m, p, m, p).permute(0, 3, 5, 1, 2, 4)  # (B, p, p, C, m, m)
+    right = (vp * torch.roll(vp, -1, dims=5)).sum(dim=3)
+    down = (vp * torch.roll(vp, -1, dims=4)).sum(dim=3)
+    pairs = torch.cat([right.reshape(b, p * p, m * m), down.reshape(b, p * p, m * m)], dim=2)
+    qp = _phase_major(q, p)
+    stats = [_sorted_sum(qp * qp), _sorted_sum(qp), _sorted_sum(pairs)]
+    for r in rings:
+        e = _phase_major((r * r).sum(dim=1), p)
+        stats.append(_sorted_sum(e * e))
+    stats.append(qp.amax(dim=2))
+    return torch.stack(stats, dim=1)
+
+
+def _check_input(module: str, x: torch.Tensor, p: int) -> None:
+    GridField().check(x, module)
+    height, width = int(x.shape[2]), int(x.shape[3])
+    if height != width:
+        raise GroupError(f"{module}: expected a square image, got {height}x{width}")
+    if height % p:
+        raise GroupError(
+            f"{module}: expected an image side divisible by the patch size {p}, got {height}x{width}"
+        )
+
+
+def patch_grid_scores(x: torch.Tensor, patch_size: int) -> torch.Tensor:
+    """The cascade of scores of every phase of the ``p × p`` patch grid.
+
+    Parameters
+    ----------
+    x
+        Images ``(B, C, S, S)``, ``S`` divisible by ``p``.
+    patch_size
+        ``p ≥ 1``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, n, p²)`` (``n = num_patch_grid_scores(p)``) in float64 (the score dtype), computed with
+        autocast disabled; column ``a·p + b`` scores phase ``(a, b)`` (patches with
+        top-left corners at ``(a + kp, b + lp)``), rows in cascade order (see the module
+        docs). Moving ``x`` by any element of p4m permutes the columns exactly.
+    """
+    p = _check_stride("patch_grid_scores", patch_size)
+    _check_input("patch_grid_scores", x, p)
+    with scoring(x.device):
+        return _scores(to_score_dtype(x), p)
+
+
+def _lexicographic(scores: torch.Tensor) -> torch.Tensor:
+    """The scores that decide each sample: ``(B, K)`` from a cascade ``(B, n, K)``.
+
+    Per sample, the first score of the cascade that leaves a single best phase among the
+    phases tied on all earlier ones (the last score when none does), restricted to those
+    phases: the others are set just below the lowest of them. Its arg-max (lowest index
+    on a tie) is the lexicographic choice, and its margin is the deciding score's margin.
+    NaN in any score makes the row NaN.
+    """
+    b, n, k = scores.shape
+    candidates = torch.ones(b, k, dtype=torch.bool, device=scores.device)
+    decided = torch.zeros(b, 1, dtype=torch.bool, device=scores.device)
+    minus_inf = torch.tensor(float("-inf"), dtype=scores.dtype, device=scores.device)
+    plus_inf = torch.tensor(float("inf"), dtype=scores.dtype, device=scores.device)
+    chosen = scores[:, 0]
+    for i in range(n):
+        s = scores[:, i]
+        lowest = torch.where(candidates, s, plus_inf).amin(dim=1, keepdim=True)
+        restricted = torch.where(candidates, s, torch.nextafter(lowest, minus_inf))
+        chosen = torch.where(decided, chosen, restricted)
+        best = torch.where(candidates, s, minus_inf).amax(dim=1, keepdim=True)
+        candidates = candidates & (s == best)
+        decided = decided | (candidates.sum(dim=1, keepdim=True) == 1)
+    nan = scores.isnan().any(dim=2).any(dim=1, keepdim=True)
+    return torch.where(nan, torch.full_like(chosen, float("nan")), chosen)
+
+
+def patch_grid_phase(x: torch.Tensor, patch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The anchoring phase of each sample and its margin (see [`patch_grid_anchor`][groupattn.canonical.patch_grid_anchor]).
+
+    Parameters
+    ----------
+    x
+        Images ``(B, C, S, S)``.
+    patch_size
+        ``p``.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``frame`` long ``(B, 2)`` phase ``(a, b)``; ``margin`` ``(B,)`` float64, the
+        margin of the deciding score of the cascade (0 on a full tie).
+    """
+    p = _check_stride("patch_grid_phase", patch_size)
+    deciding = _lexicographic(patch_grid_scores(x, p))
+    index, margin = argmax_with_margin(deciding, x.dtype)
+    row = torch.div(index, p, rounding_mode="floor")
+    return torch.stack([row, index - row * p], dim=1), margin
+
+
+def patch_grid_anchor(x: torch.Tensor, patch_size: int) -> Canonicalized:
+    """Roll each sample so that its best-scoring ``p × p`` patch grid starts at the origin.
+
+    Contract: canonicalizing under p4 / p4m of the ``S × S`` torus (and their subgroups
+    containing all translations, and under the point group alone) with output group
+    ``StridedRotoTranslationGroup(H, S, stride=p)``: an input moved by ``(t, h)`` gives an
+    output moved by ``(t', h)``, ``t'`` a multiple of ``p`` (see the module docs for ties).
+
+    Parameters
+    ----------
+    x
+        Images ``(B, C, S, S)``, ``S`` divisible by ``p``.
+    patch_size
+        ``p ≥ 1``.
+
+    Returns
+    -------
+    Canonicalized
+        ``output`` ``(B, C, S, S)`` in the dtype of ``x`` (``x`` rolled by ``(−a, −b)``);
+        ``frame`` long ``(B, 2)`` the phase ``(a, b)``; ``margin`` ``(B,)`` float64, the
+        deciding score's margin (0 on a full tie, where the lowest phase index
+        ``a·p + b`` wins; ``+inf`` for ``p = 1``).
+    """
+    frame, margin = patch_grid_phase(x, patch_size)
+    return Canonicalized(_gather_roll(x, frame[:, 0], frame[:, 1], None), frame, margin)
+
+
+class PatchGridAnchor(nn.Module):
+    """Patch-grid anchoring as a module (see [`patch_grid_anchor`][groupattn.canonical.patch_grid_anchor]).
+
+    Contract (images ``GridField → GridField``), on the ``S × S`` torus:
+
+    * under ``RotoTranslationGroup(H, S)`` (p4, p4m, ``T ⋊ H`` for ``H ⊆ D4``):
+      *canonicalizing* with output group ``StridedRotoTranslationGroup(H, S, stride=p)``;
+    * under ``TorusTranslations(S, S)``: *canonicalizing* with output group
+      ``TorusTranslations(S/p, S/p, stride=p)``;
+    * under a point group ``H`` alone (turns and reflections about the centre):
+      *canonicalizing* with output group ``StridedRotoTranslationGroup(H, S, stride=p)``
+      (the phase moves, so the output is turned and shifted by a multiple of ``p``);
+    * under ``StridedRotoTranslationGroup(H, S, stride)`` (a subgroup of the first case):
+      *canonicalizing* with the same output group (a turn still moves the phase);
+    * anything else (other sizes, strided translations, groups off the grid): *unknown*.
+
+    Parameters
+    ----------
+    patch_size
+        ``p ≥ 1``.
+    image_size
+        ``S``, used only to state the contract without an input.
+    """
+
+    def __init__(self, patch_size: int, image_size: int | None = None) -> None:
+        super().__init__()
+        self.patch_size = _check_stride("PatchGridAnchor", patch_size)
+        if image_size is not None and image_size % self.patch_size:
+            raise GroupError(
+                f"PatchGridAnchor: expected an image size divisible by the patch size "
+                f"{self.patch_size}, got {image_size}"
+            )
+        self.image_size = image_size
+
+    def forward(self, x: torch.Tensor) -> Canonicalized:
+        """Anchor images ``(B, C, S, S)``; see [`patch_grid_anchor`][groupattn.canonical.patch_grid_anchor]."""
+        _check_input("PatchGridAnchor", x, self.patch_size)
+        return patch_grid_anchor(x, self.patch_size)
+
+    def _size(self, group: Group) -> int | None:
+        if self.image_size is not None:
+            return self.image_size
+        if isinstance(group, RotoTranslationGroup):
+            return group.size
+        if isinstance(group, TorusTranslations) and group.height == group.width:
+            return group.height * group.stride
+        return None
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """See the class docstring."""
+        field = GridField()
+        size, p = self._size(group), self.patch_size
+        if size is None or size % p:
+            return Contract.unknown(
+                f"PatchGridAnchor: promises nothing for {group.name}; expected p4, p4m or translations "
+                f"of a square torus whose side is a multiple of {p}",
+                field,
+            )
+        if isinstance(group, TorusTranslations):
+            if group.stride != 1 or (group.height, group.width) != (size, size):
+                return Contract.unknown(
+                    f"PatchGridAnchor: promises nothing for {group.name}; expected T({size}x{size})",
+                    field,
+                )
+            return Contract.canonicalizing(
+                field, field, TorusTranslations(size // p, size // p, stride=p)
+            )
+        point: PointGroup | None = None
+        if isinstance(group, PointGroup):
+            point = group
+        elif isinstance(group, RotoTranslationGroup) and group.size == size:
+            point = group.point_group
+        if point is None or not point.acts_exactly_on_grid:
+            return Contract.unknown(
+                f"PatchGridAnchor: promises nothing for {group.name}; expected p4, p4m (T ⋊ H, H ⊆ D4) "
+                f"or translations of the {size}x{size} torus",
+                field,
+            )
+        return Contract.canonicalizing(field, field, StridedRotoTranslationGroup(point, size, p))
+
+    def extra_repr(self) -> str:
+        return f"patch_size={self.patch_size}" + (
+            f", image_size={self.image_size}" if self.image_size else ""
+        )

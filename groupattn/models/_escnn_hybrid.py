@@ -1,0 +1,209 @@
+"""``escnn_hybrid``: an escnn steerable-convolution stem, groupattn group attention, escnn group pooling.
+
+escnn is an optional extra: this module imports it only when a model is built.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._errors import ConfigurationError, MissingExtraError
+from ..attention._group_attention import resolve_point_group
+from ..groups import CyclicGroup, DihedralGroup, PointGroup
+from ._inputs import install_input_check
+from ._registry import register_model
+
+__all__ = ["EscnnHybrid"]
+
+
+def _require_escnn() -> Any:
+    try:
+        import escnn.nn as enn
+        from escnn import gspaces
+    except ImportError as err:
+        raise MissingExtraError(
+            "groupattn.models.create('escnn_hybrid')", "escnn", "escnn"
+        ) from err
+    return enn, gspaces
+
+
+class EscnnHybrid(nn.Module):
+    """escnn and groupattn in one network, certified by the checker under C4 or D4.
+
+    ``(B, C, S, S)`` → escnn stem (one [``R2Conv`` (zero padding, odd kernel, stride 1,
+    'same' size) → ``InnerBatchNorm`` → ``ReLU``] per entry of ``stem_dilations``, with
+    that dilation), from ``C`` trivial fields to
+    ``dim`` regular fields) → ``depth`` × [`GeometricGroupBlock`][groupattn.interop.GeometricGroupBlock]
+    (groupattn's pre-norm group attention + MLP on the lifted layout, between
+    ``GeometricTensor``s) → escnn ``GroupPooling`` (max over each regular field) → max
+    over space → ``Linear``. Every R2Conv's basis is projected onto exactly steerable
+    filters ([`exact_steerable`][groupattn.interop.exact_steerable]) and its eval-mode
+    filter is rebuilt exactly whenever the model enters eval mode or changes dtype
+    ([`refresh_filters`][groupattn.interop.refresh_filters]), so the logits are
+    invariant to rounding in float32 and float64.
+
+    The baseline (``equivariant=False``) is the same topology on escnn's
+    ``trivialOnR2`` gspace: unconstrained convolutions and attention with the trivial
+    point group C1, ``dim·|H|`` channels (the same width); it breaks rotation
+    equivariance at the first convolution.
+
+    Contract: escnn modules are checked by the contracts of
+    [`register_escnn_contracts`][groupattn.interop.register_escnn_contracts]; the model is
+    *invariant* (``GridField → InvariantField``) under ``H`` and its subgroups (C4: C2,
+    C1; D4: also D2, D1), rotating and reflecting about the image centre. Not under
+    translations: the stem pads with zeros.
+
+    Shapes: ``(B, in_channels, S, S) → (B, num_classes)``.
+
+    Parameters
+    ----------
+    equivariant
+        The C4/D4 model, or the trivial-group baseline.
+    point_group
+        ``"C4"`` (``rot2dOnR2(4)``) or ``"D4"`` (``flipRot2dOnR2(4)``).
+    in_channels, num_classes
+        Input channels and classes.
+    dim
+        Regular fields after the stem (``dim·|H|`` channels).
+    depth, num_heads, neighbourhood
+        Group attention blocks, heads, and the side of their local window (``None``:
+        global attention).
+    stem_dilations, kernel_size
+        One stem convolution per entry, with that dilation; their (odd) kernel size.
+    image_size
+        The input side (accepted for the training command; any square size works).
+
+    Raises
+    ------
+    MissingExtraError
+        Without the ``escnn`` extra (``pip install 'groupattn[escnn]'``).
+    ConfigurationError
+        For an even kernel size, an unsupported point group or non-positive sizes.
+    """
+
+    def __init__(
+        self,
+        equivariant: bool = True,
+        point_group: PointGroup | str = "C4",
+        in_channels: int = 1,
+        num_classes: int = 10,
+        dim: int = 8,
+        depth: int = 1,
+        num_heads: int = 2,
+        neighbourhood: int | None = 3,
+        stem_dilations: tuple[int, ...] = (1, 2),
+        kernel_size: int = 5,
+        image_size: int = 20,
+    ) -> None:
+        super().__init__()
+        enn, gspaces = _require_escnn()
+        from ..interop import (
+            GeometricGroupBlock,
+            escnn_compatibility,
+            exact_steerable,
+            exportable,
+            refresh_filters,
+            register_escnn_contracts,
+        )
+
+        register_escnn_contracts()
+        self._refresh = refresh_filters
+        pg = resolve_point_group(point_group, "EscnnHybrid")
+        if not (isinstance(pg, CyclicGroup | DihedralGroup) and pg.n == 4):
+            raise ConfigurationError(
+                f"EscnnHybrid: expected point_group 'C4' or 'D4', got {pg.name}"
+            )
+        if kernel_size < 1 or kernel_size % 2 == 0:
+            raise ConfigurationError(f"EscnnHybrid: expected an odd kernel_size, got {kernel_size}")
+        dilations = tuple(int(d) for d in stem_dilations)
+        for what, value in (
+            ("dim", dim),
+            ("in_channels", in_channels),
+            ("len(stem_dilations)", len(dilations)),
+            *(("each of stem_dilations", d) for d in dilations),
+        ):
+            if value < 1:
+                raise ConfigurationError(f"EscnnHybrid: expected {what} >= 1, got {value}")
+        self.equivariant = equivariant
+        self.point_group = pg if equivariant else resolve_point_group("C1")
+        if equivariant:
+            gspace = (
+                gspaces.flipRot2dOnR2(4) if isinstance(pg, DihedralGroup) else gspaces.rot2dOnR2(4)
+            )
+            width = dim
+        else:
+            gspace = gspaces.trivialOnR2()
+            width = dim * pg.order()
+        self.in_type = enn.FieldType(gspace, [gspace.trivial_repr] * in_channels)
+        hidden = enn.FieldType(gspace, [gspace.regular_repr] * width)
+        layers: list[Any] = []
+        current = self.in_type
+        with escnn_compatibility():
+            for dilation in dilations:
+                layers += [
+                    enn.R2Conv(
+                        current,
+                        hidden,
+                        kernel_size,
+                        padding=dilation * (kernel_size // 2),
+                        dilation=dilation,
+                        bias=False,
+                        recompute=True,  # its own sampled basis, not one shared with other convs
+                    ),
+                    enn.InnerBatchNorm(hidden),
+                    enn.ReLU(hidden),
+                ]
+                current = hidden
+        self.stem = enn.SequentialModule(*layers)
+        exportable(exact_steerable(self.stem))
+        self.blocks = nn.Sequential(
+            *[
+                GeometricGroupBlock(hidden, num_heads=num_heads, neighbourhood=neighbourhood)
+                for _ in range(depth)
+            ]
+        )
+        self.pool = enn.GroupPooling(hidden)
+        self.head = nn.Linear(width, num_classes)
+        install_input_check(self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from escnn.nn import GeometricTensor
+
+        if x.shape[0] == 0:  # escnn's batch norm cannot reshape an empty batch
+            return self.head(x.new_zeros(0, self.head.in_features))
+        features = self.blocks(self.stem(GeometricTensor(x, self.in_type)))
+        pooled = self.pool(features).tensor.to(x.dtype)  # escnn's GroupPooling returns float32
+        return self.head(pooled.amax(dim=(-2, -1)))
+
+    def train(self, mode: bool = True) -> EscnnHybrid:
+        """Set the mode; entering eval mode from training rebuilds the R2Conv filters exactly.
+
+        Only on the transition (as escnn itself caches its filters): calling ``eval()`` on a
+        model already in eval mode leaves the cached filters as they are, so that a filter
+        edited by hand is checked as it is, never silently repaired (the checker switches
+        models to eval mode).
+        """
+        entering_eval = self.training and not mode
+        super().train(mode)
+        if entering_eval:
+            self._refresh(self)
+        return self
+
+    def _apply(self, fn: Any, recurse: bool = True) -> EscnnHybrid:
+        super()._apply(fn, recurse)
+        self._refresh(self)  # a dtype change would otherwise round the cached filters
+        return self
+
+
+@register_model(
+    "escnn_hybrid",
+    group="c4",
+    input_shape=(1, 20, 20),
+    learning_rate=5e-3,
+    description="escnn R2Conv stem + groupattn group attention + escnn group pooling (C4 / D4), trivial baseline",
+)
+def _escnn_hybrid(equivariant: bool = True, **kwargs: Any) -> EscnnHybrid:
+    return EscnnHybrid(equivariant=equivariant, **kwargs)

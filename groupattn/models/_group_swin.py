@@ -1,0 +1,205 @@
+"""C4/D4-equivariant Swin Transformer on lifted fields, and the plain Swin baseline."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._errors import ConfigurationError
+from ..attention import resolve_point_group
+from ..contracts import Contract, Status
+from ..groups import Group, PointGroup
+from ..nn import (
+    GroupGlobalPool,
+    GroupLayerNorm,
+    GroupPatchMerging,
+    GroupWindowBlock,
+    LiftedPatchEmbedding,
+    chain_contract,
+)
+from ..positional import LiftedAbsolutePositionalEncoding, LiftedOrbitPositionalEncoding
+from ._inputs import install_input_check
+from ._registry import register_model
+
+__all__ = ["GroupSwin"]
+
+
+class GroupSwin(nn.Module):
+    """A hierarchical group-equivariant window transformer (Swin) for C4 or D4.
+
+    ``LiftedPatchEmbedding`` (kernels rotated by every ``h``, overlapping windows of side
+    ``embed_kernel``, no bias) → ``LiftedOrbitPositionalEncoding`` (optional) → stages of
+    [`GroupWindowBlock`][groupattn.nn.GroupWindowBlock]s (group attention inside ``M × M``
+    windows, alternately tiled without and with a circular shift by ``M / 2`` — both
+    tilings are mapped onto themselves by rotations about the centre — with a learned bias
+    per orbital of (query, key) pairs under ``H`` about the window's centre), separated by
+    [`GroupPatchMerging`][groupattn.nn.GroupPatchMerging] (norm, then a ``2 × 2`` stride-2 group
+    convolution doubling the width, mixing orientations) → ``GroupLayerNorm`` → max over
+    the group axis and space → ``Linear``. Every stage's grid must be divisible by the
+    window. The logits are exactly invariant to ``H`` (rotations / reflections about the
+    image centre). The baseline (``equivariant=False``) is the same network with the
+    trivial point group (plain patch embedding, Swin's concatenate-and-project merging, a
+    free bias per (query, key) pair of a window) plus a learned absolute position
+    embedding.
+
+    Contract: *invariant* under ``H``; *breaks* under translations that are not multiples
+    of the coarsest cell (strided patches, fixed windows, absolute positions); baseline:
+    *breaks* under rotations ("plain Swin baseline: ...").
+
+    Shapes: ``(B, in_channels, S, S) → (B, num_classes)``.
+
+    Inputs: any batch size (``B = 0`` gives ``(0, num_classes)``); a floating tensor of the
+    model's dtype (see [`groupattn.models`][groupattn.models]).
+
+    Parameters
+    ----------
+    equivariant
+        Equivariant model or plain Swin baseline.
+    point_group
+        ``"C4"`` or ``"D4"`` (any point group acting exactly on the grid).
+    in_channels, num_classes, image_size, patch_size
+        Input channels, classes, side and patch size.
+    dim
+        Width of the first stage (doubled at every merging).
+    depths
+        Blocks per stage.
+    num_heads
+        Heads of every block (every stage width must be divisible by it).
+    window_size
+        Window side ``M`` (even for shifted windows); every stage's grid side must be a
+        multiple of it.
+    shift
+        Alternate unshifted and shifted (by ``M / 2``) windows, as in Swin.
+    embed_kernel
+        Window side of the patch embedding (default ``3 · patch_size``, as in
+        [`GroupViT`][groupattn.models.GroupViT]).
+    mlp_ratio
+        Hidden width of the MLPs relative to the stage width.
+    absolute_position
+        Add a [`LiftedOrbitPositionalEncoding`][groupattn.positional.LiftedOrbitPositionalEncoding]
+        after the embedding (equivariant model; the baseline always has its free
+        per-position embedding).
+
+    Raises
+    ------
+    ConfigurationError
+        For an image not divisible by the patch, a stage grid not divisible by the window,
+        an odd window with ``shift``, or empty ``depths``.
+    """
+
+    def __init__(
+        self,
+        equivariant: bool = True,
+        point_group: PointGroup | str = "C4",
+        in_channels: int = 1,
+        num_classes: int = 10,
+        image_size: int = 32,
+        patch_size: int = 2,
+        dim: int = 16,
+        depths: Sequence[int] = (2, 2),
+        num_heads: int = 2,
+        window_size: int = 4,
+        shift: bool = True,
+        embed_kernel: int | None = None,
+        mlp_ratio: float = 2.0,
+        absolute_position: bool = True,
+    ) -> None:
+        super().__init__()
+        name = "GroupSwin"
+        depths = tuple(int(d) for d in depths)
+        if not depths or any(d < 1 for d in depths):
+            raise ConfigurationError(
+                f"{name}: expected a non-empty depths of positive ints, got {depths}"
+            )
+        if patch_size < 1 or image_size % patch_size:
+            raise ConfigurationError(
+                f"{name}: expected an image size divisible by the patch size {patch_size}, got {image_size}"
+            )
+        if shift and window_size % 2:
+            raise ConfigurationError(
+                f"{name}: expected an even window_size for shifted windows, got {window_size}"
+            )
+        grid = image_size // patch_size
+        for stage in range(len(depths)):
+            side = grid // 2**stage
+            if grid % 2**stage or side % window_size:
+                raise ConfigurationError(
+                    f"{name}: expected every stage grid divisible by window_size {window_size}, stage {stage} "
+                    f"has a {grid / 2**stage:g}x{grid / 2**stage:g} grid (image {image_size}, patch {patch_size})"
+                )
+        self.equivariant = equivariant
+        self.point_group = (
+            resolve_point_group(point_group, name) if equivariant else resolve_point_group("C1")
+        )
+        pg = self.point_group
+        kernel = 3 * patch_size if embed_kernel is None else embed_kernel
+        self.embed = LiftedPatchEmbedding(
+            in_channels, dim, patch_size, pg, bias=False, kernel_size=kernel
+        )
+        self.absolute_position = absolute_position
+        self.position: nn.Module = (
+            LiftedAbsolutePositionalEncoding(dim, pg, grid)
+            if not equivariant
+            else LiftedOrbitPositionalEncoding(dim, pg, grid)
+            if absolute_position
+            else nn.Identity()
+        )
+        layers: list[nn.Module] = []
+        width = dim
+        for stage, depth in enumerate(depths):
+            if stage:
+                layers.append(GroupPatchMerging(width, 2 * width, pg))
+                width *= 2
+            side = grid // 2**stage
+            for block in range(depth):
+                shifted = window_size // 2 if shift and block % 2 and side > window_size else 0
+                layers.append(
+                    GroupWindowBlock(
+                        width,
+                        pg,
+                        num_heads=num_heads,
+                        window_size=window_size,
+                        shift=shifted,
+                        mlp_ratio=mlp_ratio,
+                    )
+                )
+        self.stages = nn.Sequential(*layers)
+        self.norm = GroupLayerNorm(width, pg)
+        self.pool = GroupGlobalPool(pg, "max", spatial="max")
+        self.head = nn.Linear(width, num_classes)
+        install_input_check(self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.pool(self.norm(self.stages(self.position(self.embed(x))))))
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """See the class docstring."""
+        parts = [
+            ("embed", self.embed),
+            ("position", self.position),
+            ("stages", self.stages),
+            ("norm", self.norm),
+            ("pool", self.pool),
+        ]
+        contract = chain_contract(parts, group, input_type)
+        if contract.kind == Status.BROKEN and not self.equivariant:
+            return Contract.breaks(
+                f"plain Swin baseline: absolute position embedding and per-pair window bias are not "
+                f"rotation-invariant ({contract.reason})",
+                contract.input_type,
+                contract.output_type,
+            )
+        return contract
+
+
+@register_model(
+    "group_swin",
+    group="c4",
+    input_shape=(1, 32, 32),
+    description="C4/D4-equivariant Swin: group window attention (shifted), group patch merging, pooling",
+)
+def _group_swin(equivariant: bool = True, **kwargs: Any) -> GroupSwin:
+    return GroupSwin(equivariant=equivariant, **kwargs)
