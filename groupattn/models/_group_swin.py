@@ -10,7 +10,7 @@ from torch import nn
 
 from .._errors import ConfigurationError
 from ..attention import resolve_point_group
-from ..contracts import Contract, Status
+from ..contracts import Contract
 from ..groups import Group, PointGroup
 from ..nn import (
     GroupGlobalPool,
@@ -18,9 +18,9 @@ from ..nn import (
     GroupPatchMerging,
     GroupWindowBlock,
     LiftedPatchEmbedding,
-    chain_contract,
 )
 from ..positional import LiftedAbsolutePositionalEncoding, LiftedOrbitPositionalEncoding
+from ._group_vit import chain_with_baseline_reason
 from ._inputs import install_input_check
 from ._registry import register_model
 
@@ -184,15 +184,14 @@ class GroupSwin(nn.Module):
             ("norm", self.norm),
             ("pool", self.pool),
         ]
-        contract = chain_contract(parts, group, input_type)
-        if contract.kind == Status.BROKEN and not self.equivariant:
-            return Contract.breaks(
-                f"plain Swin baseline: absolute position embedding and per-pair window bias are not "
-                f"rotation-invariant ({contract.reason})",
-                contract.input_type,
-                contract.output_type,
-            )
-        return contract
+        return chain_with_baseline_reason(
+            parts,
+            group,
+            input_type,
+            self.equivariant,
+            "plain Swin baseline: absolute position embedding and per-pair window bias are not "
+            "rotation-invariant",
+        )
 
 
 @register_model(

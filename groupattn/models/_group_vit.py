@@ -25,6 +25,23 @@ from ._registry import register_model
 __all__ = ["GroupViT"]
 
 
+def chain_with_baseline_reason(
+    parts: list[tuple[str, nn.Module]],
+    group: Group,
+    input_type: Any,
+    equivariant: bool,
+    baseline: str,
+) -> Contract:
+    """[`chain_contract`][groupattn.nn.chain_contract] of ``parts``; for a baseline
+    (``equivariant=False``) a *broken* chain is restated as ``"{baseline} ({reason})"``."""
+    contract = chain_contract(parts, group, input_type)
+    if contract.kind == Status.BROKEN and not equivariant:
+        return Contract.breaks(
+            f"{baseline} ({contract.reason})", contract.input_type, contract.output_type
+        )
+    return contract
+
+
 class GroupViT(nn.Module):
     """A vanilla group-equivariant ViT for C4 or D4.
 
@@ -166,14 +183,13 @@ class GroupViT(nn.Module):
             ("norm", self.norm),
             ("pool", self.pool),
         ]
-        contract = chain_contract(parts, group, input_type)
-        if contract.kind == Status.BROKEN and not self.equivariant:
-            return Contract.breaks(
-                f"plain ViT baseline: absolute positional encoding is not rotation-invariant ({contract.reason})",
-                contract.input_type,
-                contract.output_type,
-            )
-        return contract
+        return chain_with_baseline_reason(
+            parts,
+            group,
+            input_type,
+            self.equivariant,
+            "plain ViT baseline: absolute positional encoding is not rotation-invariant",
+        )
 
 
 @register_model(
