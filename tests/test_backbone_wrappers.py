@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from groupattn import ConfigurationError, ShapeError
@@ -65,9 +66,25 @@ def _resnet() -> nn.Module:  # pragma: no cover - only where torchvision is inst
     return model
 
 
+def _timm_vit() -> nn.Module:  # pragma: no cover - only where timm is installed
+    import timm  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+    return timm.create_model(
+        "vit_tiny_patch16_224",
+        pretrained=False,
+        num_classes=5,
+        img_size=32,
+        patch_size=4,
+        in_chans=1,
+        depth=2,
+    )
+
+
 BACKBONES: dict[str, Callable[[], nn.Module]] = {"cnn": _cnn, "vit": _vit}
 if importlib.util.find_spec("torchvision") is not None:  # pragma: no cover
     BACKBONES["resnet18"] = _resnet
+if importlib.util.find_spec("timm") is not None:  # pragma: no cover
+    BACKBONES["timm_vit"] = _timm_vit
 
 
 def _scorer() -> nn.Module:
@@ -190,6 +207,69 @@ def test_certify_full_group_frame_averaging(chunk: int | None) -> None:
             assert cert.status != "certified"
     # A C4 average is not D4-invariant: never certified.
     assert certify(FrameAveraging(_cnn(), C4, chunk=chunk), x, "d4").status != "certified"
+
+
+@pytest.mark.parametrize("name", sorted(BACKBONES))
+def test_certify_every_wrapped_backbone(name: str) -> None:
+    """Per-element frame averaging and norm-score canonicalization of every backbone
+    (torchvision's ResNet-18 and timm's ViT included where installed) are certified
+    invariant under D4 (the batched average is not: per-sample evaluation is not checked);
+    the bare backbone is not certified."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 1, 32, 32)
+    backbone = BACKBONES[name]().eval()
+    bare = certify(backbone, x, "d4")
+    assert bare.status != "certified", bare.reason
+    averaged = certify(FrameAveraging(backbone, D4, chunk=1), x, "d4")
+    assert averaged.status == "certified" and averaged.verdict == Status.INVARIANT, averaged.reason
+    assert certify(FrameAveraging(backbone, D4, chunk=None), x, "d4").status != "certified"
+    canon = ArgmaxCanonicalizer(D4, norm_score(1), output_group=CyclicGroup(1))
+    canonicalized = certify(Canonicalized(backbone, canon), x, "d4")
+    assert canonicalized.status == "certified", canonicalized.reason
+    assert canonicalized.verdict == Status.INVARIANT
+
+
+class _NormedAttention(nn.Module):
+    """A backbone with what torchvision's and timm's models use: a strided convolution,
+    a batch norm (one ATen call with three outputs), attention whose q, k, v come from
+    ``unbind`` (another operator with several outputs), a layer norm and GELU; optionally
+    dropout that stays random in ``eval`` mode, or uninitialised memory."""
+
+    def __init__(self, dropout: float = 0.0, garbage: bool = False) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 8, 7, stride=2, padding=3, bias=False)
+        self.norm = nn.BatchNorm2d(8)
+        self.qkv = nn.Linear(8, 24)
+        self.layer_norm = nn.LayerNorm(8)
+        self.dropout = dropout
+        self.head = nn.Linear(8, 3)
+        self.garbage = garbage
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = torch.relu(self.norm(self.conv(x))).flatten(2).transpose(1, 2)  # (B, N, 8)
+        if self.garbage:  # uninitialised memory: no function of the input
+            z = z + torch.empty_like(z)
+        q, k, v = self.qkv(z).reshape(z.shape[0], z.shape[1], 3, 8).permute(2, 0, 1, 3).unbind(0)
+        z = self.layer_norm(z + F.scaled_dot_product_attention(q, k, v))
+        z = F.dropout(F.gelu(z), self.dropout, training=True)  # random in eval mode too
+        return self.head(z.mean(1))
+
+
+def test_frame_averaging_is_certified_through_operators_without_rules() -> None:
+    """The copies of the backbone are related entry for entry (the same deterministic
+    computation on equal operands), whatever the backbone's operators; never for a
+    random operator, nor for uninitialised memory."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 1, 16, 16)
+    model = FrameAveraging(_NormedAttention().eval(), D4, chunk=1)
+    cert = certify(model, x, "d4")
+    assert cert.status == "certified" and cert.verdict == Status.INVARIANT, cert.reason
+    torch.manual_seed(0)
+    for broken in (
+        FrameAveraging(_NormedAttention(dropout=0.5).eval(), D4, chunk=1),
+        FrameAveraging(_NormedAttention(garbage=True).eval(), D4, chunk=1),
+    ):
+        assert certify(broken, x, "d4").status != "certified"
 
 
 def test_certify_equivariant_frame_averaging() -> None:

@@ -14,7 +14,7 @@ attention over pixels (full, axial, paired), rolls and flips, subclasses of torc
 modules overriding ``forward``; and the network returns one output, or several
 (tuple / list / dict / nested; an earlier stage or an invariant head among them).
 
-The number of examples: ``GROUPATTN_SOUNDNESS_EXAMPLES`` (default 500); the ``slow``
+The number of examples: ``GROUPATTN_SOUNDNESS_EXAMPLES`` (default 300); the ``slow``
 test runs ``GROUPATTN_SOUNDNESS_EXAMPLES_LONG`` (default 5000). With
 ``GROUPATTN_SOUNDNESS_COLLECT=1`` every false certificate is collected and all of them
 are reported at the end (instead of stopping and shrinking at the first).
@@ -42,7 +42,7 @@ from torch import nn
 
 from groupattn.check import certify, group_from_name
 
-EXAMPLES = int(os.environ.get("GROUPATTN_SOUNDNESS_EXAMPLES", "500"))
+EXAMPLES = int(os.environ.get("GROUPATTN_SOUNDNESS_EXAMPLES", "300"))
 EXAMPLES_LONG = int(os.environ.get("GROUPATTN_SOUNDNESS_EXAMPLES_LONG", "5000"))
 COLLECT = os.environ.get("GROUPATTN_SOUNDNESS_COLLECT", "") not in ("", "0")
 SHAPE = (2, 3, 8, 8)

@@ -115,8 +115,9 @@ def test_plain_vit_baseline_breaks_rotations() -> None:
 @pytest.mark.parametrize(
     ("name", "kwargs", "group"),
     [
-        ("gsa", {}, "p4"),
-        ("gsa", {"point_group": "D4"}, "p4m"),
+        # GSA-Net at 16×16 (the registry's own size is certified in test_check_registry)
+        ("gsa", {"image_size": 16}, "p4"),
+        ("gsa", {"point_group": "D4", "image_size": 16}, "p4m"),
         ("group_vit", {}, "c4"),
         ("group_vit", {"point_group": "D4"}, "d4"),
     ],
@@ -124,7 +125,8 @@ def test_plain_vit_baseline_breaks_rotations() -> None:
 def test_checker_certifies_models_and_names_the_baseline_break(
     name: str, kwargs: dict, group: str
 ) -> None:
-    x = torch.randn(2, 1, SIZE, SIZE)
+    size = kwargs.get("image_size", SIZE)
+    x = torch.randn(2, 1, size, size)
     assert certify(create(name, **kwargs), x, group).verdict == Status.INVARIANT
     broken = certify(create(name, equivariant=False, **kwargs), x, group)
     assert broken.verdict == Status.BROKEN and broken.first_break is not None

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import copy
+import functools
+import hashlib
 import math
 import random
 import sys
 import time
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -567,14 +570,54 @@ def _check_runtime_behaviour(model: nn.Module, example: torch.Tensor, result: Ce
 
 _MODULE_INTERNALS = frozenset(vars(nn.Module()))
 _SIMPLE = (int, float, bool, str, bytes, complex, type(None))
+_FUNCTIONS = (
+    types.FunctionType,
+    types.MethodType,
+    types.BuiltinFunctionType,
+    types.BuiltinMethodType,
+    functools.partial,
+)
+
+
+def _tensor_summary(value: Any) -> Any:
+    """Shape, dtype, in-place version counter and (up to 65,536 entries) the values' digest."""
+    digest = None
+    try:
+        if value.numel() <= 65536 and value.device.type != "meta":
+            with torch.no_grad():
+                data = value.detach().reshape(-1).cpu().contiguous().view(torch.uint8)
+                digest = hashlib.sha1(data.numpy().tobytes()).hexdigest()
+    except (RuntimeError, TypeError):  # sparse, quantized or other unusual layouts
+        digest = None
+    return ("tensor", tuple(value.shape), str(value.dtype), int(value._version), digest)
+
+
+def _user_module(module: Any) -> bool:
+    """A Python module of the user's own (not the standard library, not an installed package)."""
+    name = getattr(module, "__name__", "")
+    path = getattr(module, "__file__", None)
+    if not isinstance(path, str) or name.split(".")[0] in sys.stdlib_module_names:
+        return False
+    return not any(part in path for part in ("site-packages", "dist-packages")) and not (
+        path.startswith(sys.base_prefix) or path.startswith(sys.prefix)
+    )
 
 
 def _snapshot(value: Any, depth: int = 0) -> Any:
-    """A comparable summary of plain Python data (containers to depth 3); ``None`` for anything else."""
+    """A comparable summary of the Python data a model could keep between calls: plain
+    values, containers, tensors and arrays, the attributes of plain objects (a
+    ``SimpleNamespace``, a dataclass, an instance of the user's own class), to depth 3;
+    ``None`` for what holds no data (functions, classes, modules, nn.Modules)."""
     if isinstance(value, _SIMPLE):
         return repr(value)
+    if isinstance(value, torch.Tensor):
+        return _tensor_summary(value)
     if depth >= 3:
         return "…"
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, numpy.ndarray):
+        data = value.tobytes() if value.size <= 65536 else b""
+        return ("ndarray", value.shape, str(value.dtype), hashlib.sha1(data).hexdigest())
     if isinstance(value, list | tuple):
         return (
             type(value).__name__,
@@ -589,7 +632,23 @@ def _snapshot(value: Any, depth: int = 0) -> Any:
             len(value),
             tuple((repr(k), _snapshot(v, depth + 1)) for k, v in list(value.items())[:64]),
         )
-    return None
+    if isinstance(value, (nn.Module, type, types.ModuleType, *_FUNCTIONS)):
+        return None
+    attributes = getattr(value, "__dict__", None)
+    slots = [
+        name
+        for cls in type(value).__mro__
+        for name in getattr(cls, "__slots__", ())
+        if isinstance(name, str) and not name.startswith("__")
+    ]
+    if not isinstance(attributes, dict) and not slots:
+        return None
+    items = list(attributes.items())[:64] if isinstance(attributes, dict) else []
+    items += [(name, getattr(value, name, None)) for name in slots[:64]]
+    return (
+        type(value).__qualname__,
+        tuple((key, _snapshot(v, depth + 1)) for key, v in items if not key.startswith("__")),
+    )
 
 
 def _data_items(namespace: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -603,6 +662,27 @@ def _data_items(namespace: dict[str, Any]) -> list[tuple[str, Any]]:
     return out
 
 
+def _function_state(where: str, fn: Any, state: list[tuple[tuple[str, str], Any]]) -> str | None:
+    """Add the data a function keeps between calls (mutable defaults, closure cells) to
+    ``state``; return the name of the module that defines it."""
+    fn = getattr(fn, "func", fn)  # functools.partial
+    fn = getattr(fn, "__func__", fn)  # bound methods, static and class methods
+    for kind in ("__defaults__", "__kwdefaults__"):
+        defaults = getattr(fn, kind, None)
+        summary = _snapshot(defaults) if defaults else None
+        if summary is not None:
+            state.append(((where, kind.strip("_")), summary))
+    for i, cell in enumerate(getattr(fn, "__closure__", None) or ()):
+        try:
+            summary = _snapshot(cell.cell_contents)
+        except ValueError:  # an empty cell
+            continue
+        if summary is not None:
+            state.append(((where, f"closure {i}"), summary))
+    module = getattr(fn, "__module__", None)
+    return module if isinstance(module, str) else None
+
+
 def _python_state(model: nn.Module) -> list[tuple[tuple[str, str], Any]]:
     """Plain Python data the model could keep between calls (see ``_check_runtime_behaviour``)."""
     state: list[tuple[tuple[str, str], Any]] = []
@@ -611,7 +691,7 @@ def _python_state(model: nn.Module) -> list[tuple[tuple[str, str], Any]]:
     for path, m in model.named_modules():
         where = path or type(m).__name__
         for key, value in vars(m).items():
-            if key in _MODULE_INTERNALS or isinstance(value, torch.Tensor | nn.Module):
+            if key in _MODULE_INTERNALS or isinstance(value, nn.Module):
                 continue
             summary = _snapshot(value)
             if summary is not None:
@@ -628,25 +708,32 @@ def _python_state(model: nn.Module) -> list[tuple[tuple[str, str], Any]]:
     for cls in classes:
         state.extend(((cls.__qualname__, k), v) for k, v in _data_items(dict(vars(cls))))
         modules.setdefault(cls.__module__)
+        for name, value in vars(cls).items():  # mutable default arguments of its methods
+            functions.append((f"{cls.__qualname__}.{name}", value))
     for where, fn in functions:
-        fn = getattr(fn, "func", fn)  # functools.partial
-        fn = getattr(fn, "__func__", fn)  # bound methods
-        for i, cell in enumerate(getattr(fn, "__closure__", None) or ()):
-            try:
-                summary = _snapshot(cell.cell_contents)
-            except ValueError:  # an empty cell
-                continue
-            if summary is not None:
-                state.append(((where, f"closure {i}"), summary))
-        module = getattr(fn, "__module__", None)
-        if isinstance(module, str):
+        module = _function_state(where, fn, state)
+        if module is not None:
             modules.setdefault(module)
-    for name in modules:
+    pending = list(modules)
+    while pending:
+        name = pending.pop()
         if name.startswith("torch"):
             continue
         namespace = getattr(sys.modules.get(name), "__dict__", None)
-        if isinstance(namespace, dict):
-            state.extend(((f"module {name}", k), v) for k, v in _data_items(namespace))
+        if not isinstance(namespace, dict):
+            continue
+        state.extend(((f"module {name}", k), v) for k, v in _data_items(namespace))
+        for key, value in list(namespace.items()):
+            if isinstance(value, types.ModuleType):  # the user's own modules it imports
+                if _user_module(value) and value.__name__ not in modules:
+                    modules.setdefault(value.__name__)
+                    pending.append(value.__name__)
+            elif isinstance(value, types.FunctionType) and value.__module__ == name:
+                # its helper functions: state in their defaults and closures
+                _function_state(f"{name}.{key}", value, state)
+            elif isinstance(value, type) and value.__module__ == name:
+                for method, member in vars(value).items():
+                    _function_state(f"{name}.{key}.{method}", member, state)
     state.append((("random", "state"), random.getstate()))
     numpy = sys.modules.get("numpy")
     if numpy is not None:

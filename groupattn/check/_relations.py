@@ -32,7 +32,13 @@ Relations come from three exact sources, each valid for every input:
 3. **congruence** — if ``y = op(a, c)`` and ``a(g·x) = z(x)[m]`` and the graph also
    computes ``y' = op(z, c)`` (same operator, same constant arguments), then
    ``y(g·x) = op(z(x)[m], c) = y'(x)[M]`` where ``M`` is the map the operator's own rule
-   derives from ``m`` (rules prove ``op(u[m], c) = op(u, c)[M]`` for every ``u``).
+   derives from ``m`` (rules prove ``op(u[m], c) = op(u, c)[M]`` for every ``u``). When
+   every ``m`` is the identity (``a(g·x) = z(x)`` entry for entry), ``y(g·x) = y'(x)``
+   for *any* deterministic operator — no rule is needed: this is what relates the
+   copies of a backbone that frame averaging runs on ``g⁻¹·x`` however the backbone
+   computes (batch norms, ``unbind`` and other operators with several outputs, read
+   through ``getitem``, included). Operators tagged nondeterministic take part only
+   through their rules.
 
 Only the input frame is related (canonicalizer frames are left to the ordinary
 claims), only ATen operators with a rule take part, and every candidate list is capped,
@@ -43,6 +49,8 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import operator
+import os
 from typing import Any
 
 import torch
@@ -203,6 +211,7 @@ class Relations:
         self.single = [Frame("", frame.group, [g]) for g in frame.generators]
         self.known = 0
         self.sums: list[str] = []
+        self.natives: dict[str, bool] = {}
 
     # ------------------------------------------------------------------------- public
 
@@ -395,34 +404,43 @@ class Relations:
         if node.name in self.templates:
             return self.templates[node.name]
         result: tuple[Any, list[str]] | None = None
-        if (
-            node.op == "call_function"
-            and hasattr(node.target, "_schema")
-            and _tensor_meta(node) is not None
-        ):
-            tags = getattr(node.target, "tags", ())
-            if (
-                (
-                    torch.Tag.nondeterministic_seeded not in tags
-                    or node.target._schema.name in RANDOM_OPS_WITH_RULES
-                )
-                and node.target._schema.name != "groupattn_check::leaf"
-                and rule_for(node.target) is not None
-            ):
-                slots: list[str] = []
-                try:
-                    key = (
-                        str(node.target),
-                        self._key(node.args, slots),
-                        tuple(sorted((k, self._key(v, slots)) for k, v in node.kwargs.items())),
-                    )
-                    result = (key, slots)
-                except ValueError:
-                    result = None
+        if node.op == "call_function" and _tensor_meta(node) is not None:
+            slots: list[str] = []
+            try:
+                if hasattr(node.target, "_schema"):
+                    if _congruent_operator(node.target):
+                        result = (self._call_key(node, slots), slots)
+                elif node.target is operator.getitem and len(node.args) == 2:
+                    # one output of an operator with several (unbind, split, a batch norm):
+                    # the key of the call and the output's index
+                    source, index = node.args
+                    if (
+                        isinstance(index, int)
+                        and getattr(source, "op", None) == "call_function"
+                        and hasattr(source.target, "_schema")
+                        and _congruent_operator(source.target)
+                        and _tensor_meta(source) is None
+                    ):
+                        result = (("getitem", self._call_key(source, slots), index), slots)
+            except ValueError:
+                result = None
         self.templates[node.name] = result
         if result is not None:
             self.index.setdefault(self._fill(result[0], result[1]), node.name)
         return result
+
+    def _native(self, target: Any) -> bool:
+        name = str(target)
+        if name not in self.natives:
+            self.natives[name] = _native_aten(target)
+        return self.natives[name]
+
+    def _call_key(self, node: Any, slots: list[str]) -> Any:
+        return (
+            str(node.target),
+            self._key(node.args, slots),
+            tuple(sorted((k, self._key(v, slots)) for k, v in node.kwargs.items())),
+        )
 
     def _key(self, v: Any, slots: list[str]) -> Any:
         if hasattr(v, "name") and hasattr(v, "op"):
@@ -458,7 +476,15 @@ class Relations:
         if not slots:
             return
         rel = self.relations[node.name]
-        rule = rule_for(node.target)
+        if hasattr(node.target, "_schema"):
+            source, rule = node.target, rule_for(node.target)
+        else:  # getitem: one output of the operator that computed them all
+            source, rule = node.args[0].target, None
+        # only ATen's own operators are taken as functions of their operands
+        deterministic = self._native(source) and (
+            torch.Tag.nondeterministic_seeded not in getattr(source, "tags", ())
+        )
+        numel = _numel(_shape(node))
         for j in range(len(self.frame.generators)):
             options = [self._partners(a, j, _shape(self.nodes[a])) for a in slots]
             if any(not o for o in options):
@@ -470,7 +496,15 @@ class Relations:
                 other = self.index.get(self._fill(key, names))
                 if other is None or other not in self.family:
                     continue
-                M = self._apply_rule(node, rule, slots, list(combo), j)
+                if _shape(self.nodes[other]) != _shape(node):
+                    continue
+                if deterministic and all(torch.equal(m, torch.arange(m.numel())) for _, m in combo):
+                    # the same deterministic computation on equal operands: equal results
+                    M: torch.Tensor | None = torch.arange(numel)
+                elif rule is None:
+                    continue
+                else:
+                    M = self._apply_rule(node, rule, slots, list(combo), j)
                 if M is None:
                     continue
                 root, P = self.family[other]
@@ -686,6 +720,51 @@ class Relations:
             maps.append(where[target])
         meta = node.meta["val"]
         return Moving(_shape(node), meta.dtype, self.frame, maps).normalised()
+
+
+_TORCH_DIRECTORY = os.path.dirname(torch.__file__)
+#: Operators whose result is not a function of their operands' values: uninitialised
+#: memory, or memory read through strides.
+_NOT_FUNCTIONS = ("empty", "as_strided", "resize", "set_", "_reshape_alias", "storage")
+
+
+def _native_aten(target: Any) -> bool:
+    """An operator of ATen itself: its schema registered by PyTorch's build, and no kernel
+    registered from Python code outside PyTorch (a user's ``Library("aten", ...)``)."""
+    name = target._schema.name
+    if not name.startswith("aten::") or any(part in name for part in _NOT_FUNCTIONS):
+        return False
+    overload = target._overloadname
+    qualified = name if overload in ("", "default") else f"{name}.{overload}"
+    try:
+        table = torch._C._dispatch_dump(qualified)
+    except RuntimeError:
+        return False
+    for line in table.splitlines():
+        if "registered at " not in line:
+            continue
+        where = line.split("registered at ", 1)[1].split(" ::", 1)[0].strip()
+        if line.startswith("debug:") and "RegisterSchema" not in where:
+            return False  # the schema itself was defined elsewhere
+        source = where.rsplit(":", 1)[0]
+        if source.startswith("<") or (
+            source.endswith(".py") and not source.startswith(_TORCH_DIRECTORY)
+        ):
+            return False
+    return True
+
+
+def _congruent_operator(target: Any) -> bool:
+    """An operator congruence may relate: deterministic (or random with a rule), not a
+    user leaf (its runtime behaviour is checked elsewhere, not its determinism)."""
+    name = target._schema.name
+    if not _native_aten(target):
+        # a leaf is checked elsewhere; a user's operator may keep state
+        return rule_for(target) is not None and name != "groupattn_check::leaf"
+    tags = getattr(target, "tags", ())
+    return torch.Tag.nondeterministic_seeded not in tags or (
+        name in RANDOM_OPS_WITH_RULES and rule_for(target) is not None
+    )
 
 
 def _combinations(

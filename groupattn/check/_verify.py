@@ -368,12 +368,17 @@ def _guess_output(
     )
 
 
+def _widen(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float64, or complex128 when complex (never dropping an imaginary part)."""
+    return t.detach().to(torch.complex128 if t.is_complex() else torch.float64)
+
+
 def _diff_per_sample(actual: torch.Tensor, expected: torch.Tensor, batch: int) -> torch.Tensor:
     """``max |a − e|`` per sample (``(batch,)``, or ``(1,)`` when the leaf has no batch axis).
 
     NaN matches NaN and an infinity matches itself; any other non-finite mismatch is ``inf``.
     """
-    a, e = actual.detach().double(), expected.detach().double()
+    a, e = _widen(actual), _widen(expected)
     d = (a - e).abs()
     same = (a == e) | (a.isnan() & e.isnan())
     d = torch.where(same, torch.zeros_like(d), d).nan_to_num(nan=math.inf)
@@ -387,7 +392,7 @@ def _diff_per_sample(actual: torch.Tensor, expected: torch.Tensor, batch: int) -
 
 
 def _scale(expected: torch.Tensor) -> float:
-    e = expected.detach().double().abs()
+    e = _widen(expected).abs()
     finite = e[e.isfinite()]
     scale = float(finite.max()) if finite.numel() else 0.0
     return max(scale, torch.finfo(torch.float64).tiny)
@@ -763,7 +768,7 @@ def _compare(
         assert p.field_type is not None
         base = p.field_type
         target = p.output_group
-        ys = leaves[p.index][1].detach().double()
+        ys = _widen(leaves[p.index][1])
         c.description = base.describe() + (
             f" under {target.name}" if target is not None and target != group else ""
         )
@@ -836,7 +841,7 @@ def _compare(
             elif p.up_to_frame:
                 per_sample = _frame_errors(actual, candidates[p.index], batch)
             else:
-                ys = leaves[p.index][1].detach().double()
+                ys = _widen(leaves[p.index][1])
                 expected = fields[p.index].act(group, g, ys)
                 per_sample = _diff_per_sample(actual, expected, batch) / _scale(expected)
             errs = per_sample.tolist()
@@ -891,7 +896,7 @@ def _near_ties(
 
 def _frame_errors(actual: torch.Tensor, candidates: list[torch.Tensor], batch: int) -> torch.Tensor:
     """Per sample: the smallest relative error over the candidate frames."""
-    a = actual.detach().double()
+    a = _widen(actual)
     if a.dim() == 0 or a.shape[0] != batch:
         return torch.tensor(
             [min(float(_diff_per_sample(a, c, 1).max()) / _scale(c) for c in candidates)],

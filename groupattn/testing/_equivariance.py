@@ -159,7 +159,8 @@ def default_tolerance(dtype: torch.dtype) -> float:
 
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     """``max|actual − expected| / max(max|expected|, tiny)`` computed in float64."""
-    a, e = actual.detach().double(), expected.detach().double()
+    wide = torch.complex128 if actual.is_complex() or expected.is_complex() else torch.float64
+    a, e = actual.detach().to(wide), expected.detach().to(wide)
     if a.shape != e.shape:
         raise GroupError(
             f"relative_error: expected equal shapes, got {tuple(a.shape)} and {tuple(e.shape)}"
