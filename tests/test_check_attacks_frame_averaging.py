@@ -281,3 +281,31 @@ def test_a_break_in_the_imaginary_part_is_measured() -> None:
     assert certify(_ImaginaryBreak(), x, "c4").status != "certified"
     y = _ImaginaryBreak()(x)
     assert relative_error(y, y.real.to(y.dtype)) > 0.1  # the imaginary part counts
+
+
+class _Gelu(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(x.flatten(1)).sum(1, keepdim=True) * self.linear.bias
+
+
+def test_a_pytorch_kernel_replaced_from_python_is_not_trusted() -> None:
+    """A rule describes PyTorch's own kernel: one a user swapped in is not checked."""
+    x = torch.rand(2, 1, 4, 4)
+    assert certify(_Gelu(), x, "d4").status == "certified"
+
+    def gelu(t: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+        return t * torch.arange(t.shape[-1], dtype=t.dtype)  # weighs positions
+
+    library = torch.library.Library("aten", "IMPL")
+    try:
+        library.impl("gelu", gelu, "CPU")
+        cert = certify(_Gelu(), x, "d4")
+        assert cert.status != "certified"
+        assert "aten::gelu" in (cert.reason or ""), cert.reason
+    finally:
+        library._destroy()
+    assert certify(_Gelu(), x, "d4").status == "certified"

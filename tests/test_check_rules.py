@@ -1333,6 +1333,32 @@ for _spell in ("repeat", "tile"):
     )
 
 
+def _repeat_interleave_draw(D: Draw, ctx: Ctx) -> dict[str, Any]:
+    return {
+        "variant": choice(D, ["channel", "both", "rows"], "variant"),
+        "r": choice(D, [1, 2, 3], "r"),
+    }
+
+
+def _repeat_interleave_build(cfg: dict[str, Any], ctx: Ctx) -> nn.Module:
+    r = cfg["r"]
+    if cfg["variant"] == "channel":
+        return fn(lambda x: x.repeat_interleave(r, dim=1))
+    if cfg["variant"] == "both":  # nearest up-sampling
+        return fn(lambda x: x.repeat_interleave(r, dim=-2).repeat_interleave(r, dim=-1))
+    return fn(lambda x: x.repeat_interleave(r + 1, dim=-2))  # a non-square image
+
+
+case(
+    "aten::repeat_interleave",
+    "indexing",
+    _repeat_interleave_draw,
+    _repeat_interleave_build,
+    must=[Expect("p4m", {"variant": "channel", "r": 2}), Expect("d4", {"variant": "both", "r": 2})],
+    must_not=Expect("c4", {"variant": "rows", "r": 1}),
+)
+
+
 def _diag_draw(D: Draw, ctx: Ctx) -> dict[str, Any]:
     return {
         "variant": choice(D, ["bc", "hw"], "variant"),

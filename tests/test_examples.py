@@ -33,6 +33,7 @@ def test_every_example_is_tested() -> None:
         "periodic_sequence",
         "product_group",
         "value_stream",
+        "dense_group_swin",
     }
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
 
@@ -142,3 +143,13 @@ def test_gsa_rotated_digits() -> None:
     assert equivariant["rotation_consistency"] == 1.0
     assert equivariant["equivariance_error"] <= 1e-10
     assert baseline["equivariance_error"] > 1e-8
+
+
+def test_dense_group_swin() -> None:
+    results = _run("dense_group_swin")
+    (name, equivariant), (baseline_name, baseline) = results.items()
+    assert "D4" in name and "baseline" in baseline_name
+    assert equivariant["equivariance_error"] <= 1e-10
+    assert equivariant["certified"] == 1.0
+    assert baseline["equivariance_error"] > 1e-4
+    assert baseline["certified"] == 0.0

@@ -23,6 +23,7 @@ from ._certificate import BreakInfo, Certificate, Status
 from ._export import export_for_check, is_trusted_leaf
 from ._leaf_rules import recognise
 from ._propagate import Failed, Propagation, input_maps, propagate_graph
+from ._relations import replaced_kernel
 from ._values import Constant, Frame, FrameValue, Moving, Unverifiable
 from ._verify import _evaluation
 
@@ -312,6 +313,14 @@ def _run_pass(
         cert.reason = str(err)
         cert.unverified.append((type(model).__name__, str(err)))
         return cert
+    replaced = _replaced_aten_kernels(exported.program)
+    if replaced:
+        cert.reason = (
+            f"{replaced}: a kernel of this PyTorch operator was registered from Python outside "
+            "PyTorch; the checker's rules describe PyTorch's own kernel, not this one"
+        )
+        cert.unverified.append((type(model).__name__, cert.reason))
+        return cert
     prop = propagate_graph(exported, model, x_value, [0])
     cert = _verdict(prop, cert, x_value, input_type, output_type)
     if exported.ties and cert.certified:
@@ -322,6 +331,24 @@ def _run_pass(
             "them by construction)"
         )
     return cert
+
+
+def _replaced_aten_kernels(program: Any) -> str | None:
+    """The first ``aten`` operator of the graph whose schema or kernel a user registered
+    from Python (``torch.library.Library("aten", ...)``), with where, or ``None``."""
+    seen: set[str] = set()
+    for node in program.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not hasattr(target, "_schema"):
+            continue
+        name = str(target)
+        if name in seen or not target._schema.name.startswith("aten::"):
+            continue
+        seen.add(name)
+        where = replaced_kernel(target)
+        if where is not None:
+            return f"{target._schema.name} (registered at {where})"
+    return None
 
 
 def _path(prop: Propagation, node: str) -> list[str]:

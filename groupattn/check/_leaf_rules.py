@@ -168,6 +168,7 @@ def match_elements(
     shape: tuple[int, ...],
     target: Group,
     search: bool = True,
+    copies: torch.Tensor | None = None,
 ) -> list[GroupElement] | None:
     """Elements of ``target`` acting (by ``field``) as each generator's map, or ``None``.
 
@@ -175,19 +176,27 @@ def match_elements(
     tried first; with ``search`` a small group is then searched element by element. A
     leaf's contract holds for any element whose action matches, so leaves search;
     naming the output's type does not (the certificate promises that the output moves
-    by the *same* element as the input).
+    by the *same* element as the input). ``copies`` (for a value that repeats entries,
+    see ``_semantics.copy_classes``): two maps match when they pick copies of the same
+    entries — equal values for every input.
     """
     n = math.prod(shape)
     ident = torch.arange(n)
     found: list[GroupElement] = []
     cache: list[tuple[GroupElement, torch.Tensor]] | None = None
+
+    def same(m: torch.Tensor, want: torch.Tensor) -> bool:
+        if torch.equal(m, want):
+            return True
+        return copies is not None and m.shape == want.shape and torch.equal(copies[m], copies[want])
+
     for k, gen in enumerate(frame.generators):
         g = _base(gen)
         want = maps[k] if maps is not None else ident
         hit = None
         for e in _element_guesses(frame.group, g, target):
             m = generator_map(field, target, e, shape, gen)
-            if m is not None and torch.equal(m, want):
+            if m is not None and same(m, want):
                 hit = e
                 break
         if hit is None and search and isinstance(target, FiniteGroup):
@@ -212,7 +221,7 @@ def match_elements(
                         None,
                     )
                 else:
-                    hit = next((e for e, m in cache if torch.equal(m, want)), None)
+                    hit = next((e for e, m in cache if same(m, want)), None)
         if hit is None:
             return None
         found.append(hit)
@@ -250,11 +259,22 @@ def recognise(
     for g in candidate_groups(frame.group, value.shape):
         for t in _standard_types(value.shape, g):
             candidates.append((t, g))
+    from ._semantics import copy_classes
+
+    copies = copy_classes(value)
     for field, group in candidates:
-        elems = match_elements(field, frame, value.moves, value.shape, group, search=False)
+        elems = match_elements(
+            field, frame, value.moves, value.shape, group, search=False, copies=copies
+        )
         if elems is not None:
             return field, group, elems
     return None
+
+
+def _copies(value: Moving) -> torch.Tensor | None:
+    from ._semantics import copy_classes
+
+    return copy_classes(value)
 
 
 def _declared_input(module: Any, group: Group) -> FieldType | None:
@@ -301,7 +321,7 @@ def leaf_rule(
         in_type = _declared_input(module, group)
         if in_type is None:
             continue
-        elems = match_elements(in_type, frame, x.moves, x.shape, group)
+        elems = match_elements(in_type, frame, x.moves, x.shape, group, copies=_copies(x))
         if elems is None:
             last_error = (
                 f"its input does not move as the declared {in_type.describe()} under {group.name}"

@@ -541,12 +541,11 @@ def _movement_chain(node: Any, values: dict[str, Any]) -> Moving | None:
     except (Breaks, Unverifiable):
         return None
     meta = node.meta.get("val")
-    if (
-        len(result) != 1
-        or not isinstance(result[0], Moving)
-        or meta is None
-        or tuple(meta.shape) != result[0].shape
-    ):
+    try:  # a data-dependent (unbacked) size has no int: no claim
+        shape = tuple(int(s) for s in meta.shape) if meta is not None else None
+    except Exception:
+        return None
+    if len(result) != 1 or not isinstance(result[0], Moving) or shape != result[0].shape:
         return None
     return result[0]
 

@@ -734,24 +734,31 @@ def _native_aten(target: Any) -> bool:
     name = target._schema.name
     if not name.startswith("aten::") or any(part in name for part in _NOT_FUNCTIONS):
         return False
+    return replaced_kernel(target) is None
+
+
+def replaced_kernel(target: Any) -> str | None:
+    """Where an ``aten`` operator's schema or a kernel of it was registered from Python
+    outside PyTorch (a user's ``torch.library.Library("aten", ...)``), or ``None``."""
+    name = target._schema.name
     overload = target._overloadname
     qualified = name if overload in ("", "default") else f"{name}.{overload}"
     try:
         table = torch._C._dispatch_dump(qualified)
     except RuntimeError:
-        return False
+        return "an unknown operator"
     for line in table.splitlines():
         if "registered at " not in line:
             continue
         where = line.split("registered at ", 1)[1].split(" ::", 1)[0].strip()
         if line.startswith("debug:") and "RegisterSchema" not in where:
-            return False  # the schema itself was defined elsewhere
+            return where  # the schema itself was defined elsewhere
         source = where.rsplit(":", 1)[0]
         if source.startswith("<") or (
             source.endswith(".py") and not source.startswith(_TORCH_DIRECTORY)
         ):
-            return False
-    return True
+            return where
+    return None
 
 
 def _congruent_operator(target: Any) -> bool:

@@ -57,6 +57,7 @@ _MOVEMENT = (
     "aten::roll",
     "aten::rot90",
     "aten::repeat",
+    "aten::repeat_interleave",
     "aten::tile",
     "aten::alias",
     "aten::detach",

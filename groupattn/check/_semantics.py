@@ -115,7 +115,7 @@ def pointwise(
     active = [v for v in tensors if isinstance(v, Moving) and not v.invariant]
     check_budget(out_shape, frame, what)
     columns: list[torch.Tensor] = []
-    kinds: list[tuple[str, Any, torch.Tensor]] = []
+    kinds: list[tuple[str, Any, Any]] = []  # (kind, value, index or (index, copies))
     for v in tensors:
         shape = _shape(v)
         if _numel(shape) == 1 and isinstance(v, Constant):
@@ -129,8 +129,9 @@ def pointwise(
             columns.append(v.classes[idx])
             kinds.append(("const", v, idx))
         else:
-            columns.append(idx)
-            kinds.append(("moving", v, idx))
+            copies = copy_classes(v)
+            columns.append(idx if copies is None else copies[idx])
+            kinds.append(("moving", v, idx if copies is None else (idx, copies)))
     keys = (
         torch.stack(columns, dim=1)
         if columns
@@ -144,7 +145,11 @@ def pointwise(
         targets = []
         for (kind, v, idx), col in zip(kinds, columns):
             if kind == "moving" and not v.invariant:
-                targets.append(v.moves[g][idx])
+                if isinstance(idx, tuple):  # entries that copy one source entry are equal
+                    position, copies = idx
+                    targets.append(copies[v.moves[g][position]])
+                else:
+                    targets.append(v.moves[g][idx])
             else:
                 targets.append(col)
         t = torch.stack(targets, dim=1)
@@ -163,9 +168,47 @@ def pointwise(
     return Moving(out_shape, dtype, frame, maps).normalised()
 
 
-def _pointwise_reason(
-    kinds: list[tuple[str, Any, torch.Tensor]], bad: torch.Tensor, what: str
-) -> str:
+def copy_classes(v: Moving) -> torch.Tensor | None:
+    """Per entry of ``v``, the entry of its duplicate-free sources that it copies.
+
+    ``v`` made by a data movement that repeats entries (nearest up-sampling,
+    ``repeat_interleave``, ``expand``, circular padding) keeps its ``source``; two of its
+    entries that copy the same source entry are equal for every input, so a pointwise
+    operation may match either (``v``'s own map names one copy; a skip connection's map
+    may name another). ``None`` when ``v`` has no source, a source is not a moving
+    value, or an entry is not a plain copy.
+    """
+    if v.source is None:
+        return None
+    if v.copies is not False:
+        return v.copies  # type: ignore[no-any-return]
+    result: torch.Tensor | None = None
+    src_fn, src_data, index = v.source
+    fn, data = _expand(src_fn, src_data)
+    if data and all(isinstance(d, Moving) for d in data):
+        sizes = [_numel(_shape(d)) for d in data]
+        offsets = [0]
+        for n in sizes:
+            offsets.append(offsets[-1] + n)
+        gap = float(offsets[-1] + 7)
+        probes = [
+            torch.arange(n, dtype=torch.float64).reshape(_shape(d)) + offsets[k] + 1
+            for k, (d, n) in enumerate(zip(data, sizes))
+        ]
+        try:
+            first, second = fn(probes), fn([p + gap for p in probes])
+            if index is not None:
+                first, second = first[index], second[index]
+            a, b = first.reshape(-1), second.reshape(-1)
+            if a.numel() == v.numel and bool((b - a == gap).all()):
+                result = (a - 1).long()
+        except Exception:  # not replayable on probes: no classes, the plain maps only
+            result = None
+    v.copies = result
+    return result
+
+
+def _pointwise_reason(kinds: list[tuple[str, Any, Any]], bad: torch.Tensor, what: str) -> str:
     for (kind, v, _), col_bad in zip(kinds, bad.unbind(1)):
         if not bool(col_bad.any()):
             continue
@@ -424,7 +467,9 @@ def _movement(
                 )
             maps.append(found)
         value = Moving(tuple(o1.shape), dtype, frame, maps).normalised()
-        if not unique_sources:
+        if not unique_sources or any(
+            isinstance(d, Moving) and d.source is not None for d in original_data
+        ):  # a copy of repeated entries (or a movement of one) keeps how it was made
             index = None if isinstance(out1, torch.Tensor) else len(results)
             value.source = (original_fn, original_data, index)
         results.append(value)

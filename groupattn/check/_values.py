@@ -131,6 +131,8 @@ class Moving:
     field_hint: Any = None
     source: Any = None
     classes: torch.Tensor | None = None
+    #: Cache of ``_semantics.copy_classes`` (``False``: not computed yet).
+    copies: Any = field(default=False, repr=False)
 
     @property
     def numel(self) -> int:
