@@ -189,7 +189,40 @@ def run_one(
 
 
 def _records(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+    """The run records in ``out`` (``DATA--model--variant--seedN*.json``; other benchmark
+    files there are not runs)."""
+    return [
+        json.loads(p.read_text())
+        for p in sorted(out.glob("*.json"))
+        if p.name.split("--")[0] in DATA
+    ]
+
+
+def _confusion_section(out: Path) -> list[str]:
+    """Where an invariant model's extra errors go (``benchmarks/confusion.py`` records)."""
+    lines: list[str] = []
+    for path in sorted(out.glob("confusion--*.json")):
+        record = json.loads(path.read_text())
+        equivariant, baseline = record["equivariant"], record["baseline"]
+        extra = equivariant["errors"] - baseline["errors"]
+        pairs = record["extra_errors_by_pair"]
+        top = ", ".join(f"{p['pair']} {p['extra_errors']}" for p in pairs[:6])
+        lines += [
+            f"### Where {record['model']} loses on {record['data']} (upright test digits)",
+            "",
+            f"{record['epochs']} epochs, seed 0: {equivariant['errors']} errors against the "
+            f"baseline's {baseline['errors']} ({extra:+d}). The errors it makes beyond the "
+            f"baseline's, by pair of classes: {top}. An exactly rotation-invariant classifier "
+            "cannot use the orientation that tells these pairs apart on upright digits (a 6 "
+            "turned by a half turn is a 9; a 7 turned by a half or quarter turn resembles a 4 "
+            "or an L), so part of the clean gap is the price of invariance on upright data, "
+            "not of learning: the same model gains it back on rotated test digits (table above).",
+            "",
+            f"`python benchmarks/confusion.py --model {record['model']} --data {record['data']} "
+            f"--out benchmarks/results/{path.name}`",
+            "",
+        ]
+    return lines
 
 
 def _mean(values: list[float]) -> float:
@@ -398,6 +431,7 @@ def write_page(out: Path, page: Path, assets: Path) -> None:
         lines += ["Commands (one row each, without the curve):", "", "```bash"]
         lines += sorted({r["command"] for r in group})
         lines += ["```", ""]
+    lines += _confusion_section(out)
     lines += [
         "## What the papers report (context, not comparable)",
         "",
