@@ -49,14 +49,19 @@ def _shifted_cells(z: torch.Tensor) -> torch.Tensor:  # cells start one pixel in
 
 
 class _Skip(nn.Module):
-    def __init__(self, upsample: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    def __init__(
+        self, upsample: Callable[[torch.Tensor], torch.Tensor], upsampled_first: bool = False
+    ) -> None:
         super().__init__()
         self.upsample = upsample
         self.conv = nn.Conv2d(2, 2, 1)
+        self.upsampled_first = upsampled_first
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        coarse = self.conv(F.avg_pool2d(x, 2))  # 1×1: equivariant on the coarse grid
-        return torch.tanh(x + self.upsample(coarse)) * x
+        coarse = self.upsample(self.conv(F.avg_pool2d(x, 2)))  # 1×1: equivariant, coarse
+        if self.upsampled_first:  # the operand order must not matter
+            return torch.tanh(coarse + x) * x
+        return torch.tanh(x + coarse) * x
 
 
 def _error(model: nn.Module, x: torch.Tensor, group: str) -> float:
@@ -77,11 +82,12 @@ def _error(model: nn.Module, x: torch.Tensor, group: str) -> float:
 
 @pytest.mark.parametrize("group", ["c4", "d4"])
 @pytest.mark.parametrize("upsample", [_repeat, _interpolate, _expand], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("upsampled_first", [False, True], ids=["skip-first", "upsampled-first"])
 def test_skip_connection_over_nearest_upsampling_is_certified(
-    upsample: Callable[[torch.Tensor], torch.Tensor], group: str
+    upsample: Callable[[torch.Tensor], torch.Tensor], group: str, upsampled_first: bool
 ) -> None:
     torch.manual_seed(0)
-    model = _Skip(upsample)
+    model = _Skip(upsample, upsampled_first)
     x = torch.randn(2, 2, 8, 8)
     cert = certify(model, x, group, verify=True)
     assert cert.status == "certified" and cert.verdict == Status.EQUIVARIANT, cert.reason

@@ -139,7 +139,10 @@ def pointwise(
     )
     if not active:
         return Moving(out_shape, dtype, frame, None, classes=dense_ids(keys) if columns else None)
-    full = next((v for v in active if v.shape == out_shape), None)
+    # operands of the output's shape propose its map; one with repeated entries names one
+    # copy of each, so those without repeats are tried first
+    fulls = sorted((v for v in active if v.shape == out_shape), key=lambda v: v.source is not None)
+    full = fulls[0] if fulls else None
     maps: list[torch.Tensor] = []
     for g in range(len(frame.generators)):
         targets = []
@@ -154,9 +157,17 @@ def pointwise(
                 targets.append(col)
         t = torch.stack(targets, dim=1)
         if full is not None:
-            cand = full.moves[g]  # type: ignore[index]
-            if not bool((keys[cand] == t).all()):
-                raise Breaks(_pointwise_reason(kinds, keys[cand] != t, what))
+            cand = next(
+                (
+                    v.moves[g]  # type: ignore[index]
+                    for v in fulls
+                    if bool((keys[v.moves[g]] == t).all())  # type: ignore[index]
+                ),
+                None,
+            )
+            if cand is None:
+                first = full.moves[g]  # type: ignore[index]
+                raise Breaks(_pointwise_reason(kinds, keys[first] != t, what))
             maps.append(cand)
             continue
         found = lookup_rows(keys, t)
