@@ -178,8 +178,11 @@ def test_a_failed_or_interrupted_write_keeps_the_old_file_and_leaves_no_temporar
 
 _SLOW_SAVE = textwrap.dedent(
     """
-    import sys, time, torch
+    import signal, sys, time, torch
     from groupattn._atomic import atomic_open
+    # a process started by a test worker may inherit SIGINT as ignored (Python then keeps
+    # it ignored); a user's process has Python's own handler
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     path = sys.argv[1]
     with atomic_open(path) as fh:
         for i in range(10_000):
