@@ -125,3 +125,37 @@ def test_an_upsampled_output_is_recognised_as_a_grid_field() -> None:
     assert _error(_UpsampledOutput(), x, "d4") < 1e-12
     assert certify(_UpsampledOutput(shift=1), x, "d4").status != "certified"
     assert _error(_UpsampledOutput(shift=1), x, "d4") > 1e-3
+
+
+class _Decoder(nn.Module):
+    """A U-Net decoder step: up-sample, a non-linearity, concatenate with the skip, a
+    convolution (D4-symmetric 3×3 kernel, circular padding) — or the same with the
+    up-sampled path shifted by one pixel."""
+
+    def __init__(self, shift: int = 0) -> None:
+        super().__init__()
+        self.down = nn.Conv2d(2, 4, 1)
+        self.fuse = nn.Conv2d(6, 2, 1)
+        self.shift = shift
+        centre, edge, corner = torch.randn(3, 2, 2, 1, 1)  # exactly D4-symmetric 3×3 kernels
+        pattern = torch.tensor([[2, 1, 2], [1, 0, 1], [2, 1, 2]])
+        symmetric = torch.where(pattern == 0, centre, torch.where(pattern == 1, edge, corner))
+        self.register_buffer("smooth", symmetric)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        up = F.interpolate(self.down(F.avg_pool2d(x, 2)), scale_factor=2, mode="nearest")
+        up = torch.roll(torch.relu(up), self.shift, -1)
+        z = self.fuse(torch.cat([x, up], 1))
+        return F.conv2d(F.pad(z, (1, 1, 1, 1), mode="circular"), self.smooth)
+
+
+def test_a_unet_decoder_is_certified_through_nonlinearity_concatenation_and_convolution() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 2, 8, 8)
+    cert = certify(_Decoder(), x, "d4", verify=True)
+    assert cert.status == "certified" and cert.verdict == Status.EQUIVARIANT, cert.reason
+    assert _error(_Decoder(), x, "d4") < 1e-12
+    torch.manual_seed(0)
+    shifted = _Decoder(shift=1)
+    assert certify(shifted, x, "d4").status != "certified"
+    assert _error(shifted, x, "d4") > 1e-3

@@ -179,6 +179,32 @@ def pointwise(
     return Moving(out_shape, dtype, frame, maps).normalised()
 
 
+def _prefer_field_maps(value: Moving) -> None:
+    """Give a value that repeats entries the maps of a standard field type, if they agree.
+
+    Its own maps name one copy per entry; when they agree, copy for copy, with the
+    action of a grid, lifted grid or token field (``copy_classes``), that action's maps
+    are equally true (copies are equal for every input) — and later rules (a
+    convolution, a non-linearity, a concatenation) then see the grid's own motion.
+    In place; nothing changes when no field type agrees.
+    """
+    from ._leaf_rules import generator_map, recognise
+
+    if value.invariant:
+        return
+    found = recognise(value, [])
+    if found is None:
+        return
+    field, group, elements = found
+    maps = []
+    for generator, element in zip(value.frame.generators, elements):
+        m = generator_map(field, group, element, value.shape, generator)
+        if m is None:
+            return
+        maps.append(m)
+    value.moves = maps
+
+
 def copy_classes(v: Moving) -> torch.Tensor | None:
     """Per entry of ``v``, the entry of its duplicate-free sources that it copies.
 
@@ -483,6 +509,7 @@ def _movement(
         ):  # a copy of repeated entries (or a movement of one) keeps how it was made
             index = None if isinstance(out1, torch.Tensor) else len(results)
             value.source = (original_fn, original_data, index)
+            _prefer_field_maps(value)
         results.append(value)
     return results
 
