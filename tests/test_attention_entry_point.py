@@ -317,6 +317,24 @@ def test_auto_chooses_as_documented() -> None:
         assert choose_implementation(q.double(), window_bias=table.double()) == "factorised"
 
 
+def test_auto_never_reads_values_it_would_have_to_fetch_from_a_device() -> None:
+    """The spread check reads the bias: only on real CPU tensors. On another device
+    (``meta`` stands in for an accelerator here) or a fake tensor, ``"auto"`` takes the
+    dense path without looking; a forced ``"factorised"`` runs unchecked."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    q = torch.randn(2, 2, 6, 4)
+    table = torch.zeros(2, 4, 9)
+    assert choose_implementation(q, window_bias=table) == "factorised"
+    meta_q, meta_table = q.to("meta"), table.to("meta")
+    assert choose_implementation(meta_q, window_bias=meta_table) == "sdpa"
+    with attention_implementation("factorised"):
+        assert choose_implementation(meta_q, window_bias=meta_table) == "factorised"
+    with FakeTensorMode() as mode:
+        fake_q, fake_table = mode.from_tensor(q), mode.from_tensor(table)
+        assert choose_implementation(fake_q, window_bias=fake_table) == "sdpa"
+
+
 @pytest.mark.parametrize(
     ("name", "expected"),
     [

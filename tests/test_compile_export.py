@@ -58,14 +58,9 @@ Case = tuple[str, Callable[[], nn.Module], Inputs]
 #: Forward passes that read a tensor's values on the host in eager mode (code outside the
 #: files this suite may change): ``case name → reason``. Marked ``xfail(strict=True)``, so
 #: they fail loudly once fixed.
-EAGER_HOST_SYNC = {
-    name: (
-        "groupattn/attention/_kernel.py: _spread_fits reads "
-        "bool((spread > _MAX_BIAS_SPREAD[dtype]).any()) in eager mode to choose the factorised "
-        "windows kernel (skipped while compiling, so compile and export pass)"
-    )
-    # (GSA-Net's default lifting stem no longer runs local lifting attention: no sync)
-    for name in ("LiftingSelfAttention-local",)
+EAGER_HOST_SYNC: dict[str, str] = {
+    # (LiftingSelfAttention-local read its window bias to choose the factorised kernel; it
+    # now reads values only on real CPU tensors, where that is no synchronisation)
 }
 
 #: Registry models built from escnn modules (code outside the files this suite may change):

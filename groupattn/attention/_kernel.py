@@ -211,9 +211,23 @@ _MAX_BIAS_SPREAD = {
 }
 
 
+def _values_readable(t: torch.Tensor) -> bool:
+    """Whether reading ``t``'s values costs no host synchronisation: a real CPU tensor,
+    outside compilation (not an accelerator's, not a fake or meta tensor)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return (
+        t.device.type == "cpu"
+        and not isinstance(t, FakeTensor)
+        and not torch.compiler.is_compiling()
+    )
+
+
 def _spread_fits(window_bias: torch.Tensor, dtype: torch.dtype) -> bool:
-    """Whether the factorised normaliser cannot underflow (not checked while compiling: it reads values)."""
-    if torch.compiler.is_compiling():
+    """Whether the factorised normaliser cannot underflow. Not checked (``True``) where
+    reading the values would synchronise with a device or cannot happen (compiling, fake
+    tensors): only a forced ``"factorised"`` gets there, and it runs unchecked."""
+    if not _values_readable(window_bias):
         return True
     spread = window_bias.amax(-1) - window_bias.amin(-1)
     return not bool((spread > _MAX_BIAS_SPREAD.get(dtype, 80.0)).any())
@@ -237,11 +251,13 @@ def choose_implementation(
     With the switch at ``"auto"`` (see
     [`attention_implementation`][groupattn.attention.attention_implementation]):
 
-    1. ``"factorised"`` when ``window_bias`` is given and its spread within each window
-       fits the dtype (80 in float32, 700 in float64, 9 in float16). The check reads the
-       bias's values (a host synchronisation on a GPU); while ``torch.compile`` traces it
-       cannot run, and ``"auto"`` computes the windows problem densely instead (a forced
-       ``"factorised"`` then runs unchecked);
+    1. ``"factorised"`` when ``window_bias`` is given, lies on the CPU, and its spread
+       within each window fits the dtype (80 in float32, 700 in float64, 9 in float16).
+       The check reads the bias's values, which on an accelerator would be a host
+       synchronisation and which cannot happen while ``torch.compile`` or
+       ``torch.export`` traces (fake tensors): there ``"auto"`` computes the windows
+       problem densely instead — no forward pass reads device values — and a forced
+       ``"factorised"`` runs unchecked;
     2. else ``"chunked"`` when the bias (``window_bias`` for a windows problem) requires
        a gradient, gradients are enabled and ``dropout == 0``;
     3. else ``"sdpa"``.
@@ -284,6 +300,8 @@ def choose_implementation(
             # rounding); a forced "factorised" runs unchecked, as the user asked
             if forced == "factorised":
                 return "factorised"
+        elif forced == "auto" and not _values_readable(window_bias):
+            pass  # checking the spread would read device values: the exact dense path
         elif forced in ("auto", "factorised"):
             if _spread_fits(window_bias, query.dtype):
                 return "factorised"
