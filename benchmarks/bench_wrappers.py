@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from groupattn._atomic import write_atomic
 from groupattn.actions import GridField
 from groupattn.bench._cases import _steps, interleaved_best_times
 from groupattn.canonical import ArgmaxCanonicalizer
@@ -155,7 +156,7 @@ def main() -> None:
             )
     if args.json:
         config = {"batch": args.batch, "threads": args.threads, "torch": torch.__version__}
-        args.json.write_text(json.dumps({"config": config, "rows": rows}, indent=1) + "\n")
+        write_atomic(args.json, json.dumps({"config": config, "rows": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from groupattn._atomic import write_atomic
 from groupattn.models import get_spec
 from groupattn.training import TrainConfig, load_training_data, train
 from groupattn.training._command import build_model, data_canvas, data_model_kwargs
@@ -85,7 +86,7 @@ def main() -> None:
     for n, a, b in pairs[:8]:
         print(f"  {a} <-> {b}: {n}")
     if args.out:
-        args.out.write_text(json.dumps(record, indent=1) + "\n")
+        write_atomic(args.out, json.dumps(record, indent=1) + "\n")
 
 
 if __name__ == "__main__":

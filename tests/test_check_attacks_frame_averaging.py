@@ -309,3 +309,56 @@ def test_a_pytorch_kernel_replaced_from_python_is_not_trusted() -> None:
     finally:
         library._destroy()
     assert certify(_Gelu(), x, "d4").status == "certified"
+
+
+# ----------------------------------------------------------------- the rules themselves
+def test_which_operators_relate_equal_operands() -> None:
+    """White-box: the operators the equal-operand relation may use, and those it may not
+    (random, uninitialised, stride-reading, user-defined in the aten namespace)."""
+    from groupattn.check._relations import equal_operands_give_equal_results as equal
+
+    aten = torch.ops.aten
+    for op in (
+        aten.add.Tensor,
+        aten.convolution.default,
+        aten.unbind.int,
+        aten._native_batch_norm_legit_no_training.default,
+        aten.native_layer_norm.default,
+        aten.gelu.default,
+    ):
+        assert equal(op), op
+    for op in (
+        aten.native_dropout.default,
+        aten.bernoulli.p,
+        aten.rand_like.default,
+        aten.empty_like.default,
+        aten.resize_.default,
+        aten.as_strided.default,
+        aten.groupattn_test_gain.default,
+    ):
+        assert not equal(op), op
+
+
+def test_copies_are_only_entries_that_copy_a_source_entry() -> None:
+    """White-box: a movement that fills (zero padding) has no copy classes; one that only
+    repeats entries has them."""
+    import torch.nn.functional as F
+
+    from groupattn.check._semantics import copy_classes
+    from groupattn.check._values import Frame, Moving
+
+    group = CyclicGroup(4)
+    frame = Frame("", group, [group.element(1)])
+    turn = torch.rot90(torch.arange(16).reshape(1, 1, 4, 4), 1, (-2, -1)).reshape(-1)
+    source = Moving((1, 1, 4, 4), torch.float32, frame, [turn])
+    repeated = Moving((1, 1, 8, 8), torch.float32, frame, [torch.arange(64)])
+    repeated.source = (
+        lambda d: d[0].repeat_interleave(2, -1).repeat_interleave(2, -2),
+        [source],
+        None,
+    )
+    classes = copy_classes(repeated)
+    assert classes is not None and sorted(set(classes.tolist())) == list(range(16))
+    padded = Moving((1, 1, 6, 6), torch.float32, frame, [torch.arange(36)])
+    padded.source = (lambda d: F.pad(d[0], (1, 1, 1, 1)), [source], None)
+    assert copy_classes(padded) is None

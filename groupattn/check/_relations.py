@@ -480,10 +480,8 @@ class Relations:
             source, rule = node.target, rule_for(node.target)
         else:  # getitem: one output of the operator that computed them all
             source, rule = node.args[0].target, None
-        # only ATen's own operators are taken as functions of their operands
-        deterministic = self._native(source) and (
-            torch.Tag.nondeterministic_seeded not in getattr(source, "tags", ())
-        )
+        # only ATen's own deterministic operators are taken as functions of their operands
+        deterministic = self._native(source) and equal_operands_give_equal_results(source)
         numel = _numel(_shape(node))
         for j in range(len(self.frame.generators)):
             options = [self._partners(a, j, _shape(self.nodes[a])) for a in slots]
@@ -759,6 +757,14 @@ def replaced_kernel(target: Any) -> str | None:
         ):
             return where
     return None
+
+
+def equal_operands_give_equal_results(target: Any) -> bool:
+    """Whether two calls of ``target`` on equal operands give equal results: an operator
+    of ATen itself (see ``_native_aten``) that draws no random numbers."""
+    return _native_aten(target) and torch.Tag.nondeterministic_seeded not in getattr(
+        target, "tags", ()
+    )
 
 
 def _congruent_operator(target: Any) -> bool:
