@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensor
 
 from .._errors import ConfigurationError
 
@@ -214,8 +215,6 @@ _MAX_BIAS_SPREAD = {
 def _values_readable(t: torch.Tensor) -> bool:
     """Whether reading ``t``'s values costs no host synchronisation: a real CPU tensor,
     outside compilation (not an accelerator's, not a fake or meta tensor)."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
     return (
         t.device.type == "cpu"
         and not isinstance(t, FakeTensor)

@@ -25,6 +25,7 @@ from torch.utils import _pytree as pytree
 
 from ..canonical import record_canonicalizations
 from ..contracts import registered_contract
+from ..testing._equivariance import _widen
 from ._values import Unverifiable
 
 __all__ = ["Exported", "LeafCall", "export_for_check", "is_trusted_leaf"]
@@ -325,17 +326,12 @@ def _trained_buffers(model: nn.Module, example: torch.Tensor) -> set[str]:
     }
 
 
-def _wide(t: torch.Tensor) -> torch.Tensor:
-    """float64, or complex128 for a complex tensor (its imaginary part is compared too)."""
-    return t.detach().to(torch.complex128 if t.is_complex() else torch.float64)
-
-
 def _close(first: Any, second: Any) -> bool:
     a = [t for t in pytree.tree_leaves(first) if isinstance(t, torch.Tensor)]
     b = [t for t in pytree.tree_leaves(second) if isinstance(t, torch.Tensor)]
     return len(a) == len(b) and all(
         x.shape == y.shape
-        and bool(torch.allclose(_wide(x), _wide(y), rtol=1e-4, atol=1e-5, equal_nan=True))
+        and bool(torch.allclose(_widen(x), _widen(y), rtol=1e-4, atol=1e-5, equal_nan=True))
         for x, y in zip(a, b)
     )
 
@@ -399,7 +395,7 @@ def _same_function(model: nn.Module, traced: Any, example: torch.Tensor, outputs
         b = [t for t in pytree.tree_leaves(ref) if isinstance(t, torch.Tensor)]
         same = len(a) == len(b) and all(
             x.shape == y.shape
-            and bool(torch.allclose(_wide(x), _wide(y), rtol=1e-4, atol=1e-5, equal_nan=True))
+            and bool(torch.allclose(_widen(x), _widen(y), rtol=1e-4, atol=1e-5, equal_nan=True))
             for x, y in zip(a, b)
         )
         if not same:

@@ -259,9 +259,7 @@ def recognise(
     for g in candidate_groups(frame.group, value.shape):
         for t in _standard_types(value.shape, g):
             candidates.append((t, g))
-    from ._semantics import copy_classes
-
-    copies = copy_classes(value)
+    copies = _copies(value)
     for field, group in candidates:
         elems = match_elements(
             field, frame, value.moves, value.shape, group, search=False, copies=copies

@@ -211,7 +211,7 @@ class Relations:
         self.single = [Frame("", frame.group, [g]) for g in frame.generators]
         self.known = 0
         self.sums: list[str] = []
-        self.natives: dict[str, bool] = {}
+        self.judged: dict[str, tuple[bool, bool]] = {}
 
     # ------------------------------------------------------------------------- public
 
@@ -408,7 +408,7 @@ class Relations:
             slots: list[str] = []
             try:
                 if hasattr(node.target, "_schema"):
-                    if _congruent_operator(node.target):
+                    if self._judge(node.target)[0]:
                         result = (self._call_key(node, slots), slots)
                 elif node.target is operator.getitem and len(node.args) == 2:
                     # one output of an operator with several (unbind, split, a batch norm):
@@ -418,7 +418,7 @@ class Relations:
                         isinstance(index, int)
                         and getattr(source, "op", None) == "call_function"
                         and hasattr(source.target, "_schema")
-                        and _congruent_operator(source.target)
+                        and self._judge(source.target)[0]
                         and _tensor_meta(source) is None
                     ):
                         result = (("getitem", self._call_key(source, slots), index), slots)
@@ -429,11 +429,13 @@ class Relations:
             self.index.setdefault(self._fill(result[0], result[1]), node.name)
         return result
 
-    def _native(self, target: Any) -> bool:
+    def _judge(self, target: Any) -> tuple[bool, bool]:
+        """``judge_operator``, once per operator and certification (it reads the
+        dispatcher's registration table)."""
         name = str(target)
-        if name not in self.natives:
-            self.natives[name] = _native_aten(target)
-        return self.natives[name]
+        if name not in self.judged:
+            self.judged[name] = judge_operator(target)
+        return self.judged[name]
 
     def _call_key(self, node: Any, slots: list[str]) -> Any:
         return (
@@ -481,7 +483,7 @@ class Relations:
         else:  # getitem: one output of the operator that computed them all
             source, rule = node.args[0].target, None
         # only ATen's own deterministic operators are taken as functions of their operands
-        deterministic = self._native(source) and equal_operands_give_equal_results(source)
+        deterministic = self._judge(source)[1]
         numel = _numel(_shape(node))
         for j in range(len(self.frame.generators)):
             options = [self._partners(a, j, _shape(self.nodes[a])) for a in slots]
@@ -759,25 +761,29 @@ def replaced_kernel(target: Any) -> str | None:
     return None
 
 
-def equal_operands_give_equal_results(target: Any) -> bool:
-    """Whether two calls of ``target`` on equal operands give equal results: an operator
-    of ATen itself (see ``_native_aten``) that draws no random numbers."""
-    return _native_aten(target) and torch.Tag.nondeterministic_seeded not in getattr(
-        target, "tags", ()
-    )
+def judge_operator(target: Any) -> tuple[bool, bool]:
+    """``(congruent, equal_results)`` for an operator with a schema.
 
-
-def _congruent_operator(target: Any) -> bool:
-    """An operator congruence may relate: deterministic (or random with a rule), not a
-    user leaf (its runtime behaviour is checked elsewhere, not its determinism)."""
+    ``congruent``: congruence may relate two of its calls — an ATen operator that is
+    deterministic or random with a rule, or another operator with a rule (never a user
+    leaf: its runtime behaviour is checked elsewhere). ``equal_results``: two calls on
+    equal operands give equal results, with no rule — only ATen's own operators (see
+    ``_native_aten``) that draw no random numbers.
+    """
     name = target._schema.name
-    if not _native_aten(target):
-        # a leaf is checked elsewhere; a user's operator may keep state
-        return rule_for(target) is not None and name != "groupattn_check::leaf"
-    tags = getattr(target, "tags", ())
-    return torch.Tag.nondeterministic_seeded not in tags or (
-        name in RANDOM_OPS_WITH_RULES and rule_for(target) is not None
-    )
+    native = _native_aten(target)
+    random = torch.Tag.nondeterministic_seeded in getattr(target, "tags", ())
+    if not native:  # a user's operator may keep state
+        congruent = rule_for(target) is not None and name != "groupattn_check::leaf"
+    else:
+        congruent = not random or (name in RANDOM_OPS_WITH_RULES and rule_for(target) is not None)
+    return congruent, native and not random
+
+
+def equal_operands_give_equal_results(target: Any) -> bool:
+    """Whether two calls of ``target`` on equal operands give equal results (see
+    ``judge_operator``)."""
+    return judge_operator(target)[1]
 
 
 def _combinations(

@@ -36,7 +36,7 @@ from ..canonical import (
 from ..contracts import Status
 from ..groups import FiniteGroup, Group, GroupElement, GroupError, TorusTranslations
 from ..testing import default_tolerance, representative_elements
-from ..testing._equivariance import ENUMERATION_LIMIT, _cheap_order
+from ..testing._equivariance import ENUMERATION_LIMIT, _cheap_order, _widen
 from ._certificate import Certificate, VerificationReport
 
 __all__ = [
@@ -366,11 +366,6 @@ def _guess_output(
     raise GroupError(
         f"verify: cannot infer the output field type of shape {tuple(y.shape)}; pass output_type"
     )
-
-
-def _widen(t: torch.Tensor) -> torch.Tensor:
-    """``t`` in float64, or complex128 when complex (never dropping an imaginary part)."""
-    return t.detach().to(torch.complex128 if t.is_complex() else torch.float64)
 
 
 def _diff_per_sample(actual: torch.Tensor, expected: torch.Tensor, batch: int) -> torch.Tensor:

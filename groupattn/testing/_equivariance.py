@@ -157,10 +157,16 @@ def default_tolerance(dtype: torch.dtype) -> float:
     return 1e-10 if dtype == torch.float64 else 1e-5
 
 
+def _widen(t: torch.Tensor) -> torch.Tensor:
+    """``t`` detached in float64, or complex128 when complex (an imaginary part counts)."""
+    return t.detach().to(torch.complex128 if t.is_complex() else torch.float64)
+
+
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     """``max|actual − expected| / max(max|expected|, tiny)`` computed in float64."""
-    wide = torch.complex128 if actual.is_complex() or expected.is_complex() else torch.float64
-    a, e = actual.detach().to(wide), expected.detach().to(wide)
+    a, e = _widen(actual), _widen(expected)
+    if a.dtype != e.dtype:  # one complex, one real: compare both as complex
+        a, e = a.to(torch.complex128), e.to(torch.complex128)
     if a.shape != e.shape:
         raise GroupError(
             f"relative_error: expected equal shapes, got {tuple(a.shape)} and {tuple(e.shape)}"
