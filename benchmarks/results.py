@@ -55,6 +55,7 @@ EPOCHS: dict[str, int] = {
     "group_vit": 10,
     "p4_vit": 10,
     "group_swin": 10,
+    "p4_swin": 10,
     "escnn_hybrid": 10,
     "gsa": 4,
 }
@@ -65,6 +66,7 @@ EPOCHS_MNIST: dict[str, int] = {
     "group_vit": 5,
     "p4_vit": 5,
     "group_swin": 5,
+    "p4_swin": 5,
     "escnn_hybrid": 5,
     "gsa": 3,
 }

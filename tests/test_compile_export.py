@@ -297,6 +297,7 @@ SMALL = {
     "swin": {"depths": (2, 1)},
     "twins": {"depths": (2, 1)},
     "group_swin": {"depths": (2, 1)},
+    "p4_swin": {"depths": (2, 1)},
 }
 #: Training steps compiled in CI (one translation and one rotation model; about 7 s on one
 #: core). The others cost 4 to 14 s each, mostly Dynamo tracing custom autograd functions and

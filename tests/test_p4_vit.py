@@ -12,6 +12,9 @@ import copy
 
 import pytest
 import torch
+from anchored_helpers import digit as _digit
+from anchored_helpers import max_relative_error as _max_relative_error
+from anchored_helpers import moved as _moved
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,7 +31,6 @@ from groupattn.canonical import (
 )
 from groupattn.check import certify
 from groupattn.contracts import Status
-from groupattn.data import load_digits
 from groupattn.groups import CyclicGroup, DihedralGroup, GroupError, TorusTranslations, p4, p4m
 from groupattn.models import GroupViT, P4ViT, create, get_spec
 from groupattn.testing import equivariance_error
@@ -39,13 +41,9 @@ SIZE, PATCH = 32, 4
 SMALL = {"dim": 8, "depth": 1}
 
 
-def _digit(index: int = 0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    return load_digits().test_images[index : index + 1].to(dtype)
-
-
 def _orbit(x: torch.Tensor, group) -> torch.Tensor:  # type: ignore[no-untyped-def]
     """``g·x`` for every element of ``group``, stacked ``(|G|·B, C, S, S)`` (exact permutations)."""
-    return torch.cat([GridField().act(group, g, x) for g in group.elements()])
+    return _moved(x, group, group.elements())
 
 
 def _phase_orbit(x: torch.Tensor) -> torch.Tensor:
@@ -53,13 +51,6 @@ def _phase_orbit(x: torch.Tensor) -> torch.Tensor:
     group = p4(SIZE)
     elements = [((dy, dx), h) for h in range(4) for dy in range(8) for dx in range(8)]
     return torch.cat([GridField().act(group, g, x) for g in elements])
-
-
-def _max_relative_error(model: torch.nn.Module, x: torch.Tensor, moved: torch.Tensor) -> float:
-    with torch.no_grad():
-        ref = model(x).to(torch.float64)
-        out = torch.cat([model(c) for c in moved.split(512)]).to(torch.float64)
-    return float(((out - ref).abs().amax(dim=1) / ref.abs().amax()).max())
 
 
 # ---------------------------------------------------------------- registry and contracts

@@ -67,6 +67,28 @@ def _resolve_group(group: Group | str, x: torch.Tensor) -> Group:
     return group_from_name(group, shape)
 
 
+def _check_argument_types(model: Any, example_input: Any, group: Any, input_type: Any) -> None:
+    """One clear ``TypeError`` per mistyped argument, before any work."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"certify: expected the model as a torch.nn.Module, got {type(model).__name__} "
+            "(wrap a function in an nn.Module whose forward calls it)"
+        )
+    if not isinstance(example_input, torch.Tensor):
+        raise TypeError(
+            f"certify: expected the example input as one torch.Tensor, got {type(example_input).__name__}"
+        )
+    if not isinstance(group, Group | str):
+        raise TypeError(
+            f"certify: expected the group as a groupattn.groups.Group or a group name, got "
+            f"{type(group).__name__} {group!r}"
+        )
+    if input_type is not None and not isinstance(input_type, FieldType):
+        raise TypeError(
+            f"certify: expected input_type as a groupattn.actions field type, got {type(input_type).__name__}"
+        )
+
+
 def certify(
     model: nn.Module,
     example_input: torch.Tensor,
@@ -122,7 +144,11 @@ def certify(
     ------
     GroupError
         When the input does not fit ``input_type``.
+    TypeError
+        When ``model`` is not an ``nn.Module``, ``example_input`` not a tensor, or ``group``
+        neither a [`Group`][groupattn.groups.Group] nor a name.
     """
+    _check_argument_types(model, example_input, group, input_type)
     group = _resolve_group(group, example_input)
     input_type = input_type or default_input_type(example_input, group)
     input_type.check(example_input, "certify")

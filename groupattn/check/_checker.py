@@ -19,6 +19,7 @@ from torch import nn
 
 from ..actions import FieldType, InvariantField
 from ..groups import FiniteGroup, Group, GroupError, PermutationGroup
+from ..groups._products import _ProductBase
 from ._certificate import BreakInfo, Certificate, Status
 from ._export import export_for_check, is_trusted_leaf
 from ._leaf_rules import recognise
@@ -78,21 +79,61 @@ class OutputInfo:
 GENERATION_CHECK_LIMIT = 200_000
 
 
+def _library_class(group: Group) -> bool:
+    """Whether ``group``'s class is one of groupattn's own (its generators are tested there)."""
+    return type(group).__module__.split(".")[0] == "groupattn"
+
+
+def _factors(group: Group) -> list[Group] | None:
+    """The factor groups of one of groupattn's products (whose generators are the union of
+    the factors'), else ``None``."""
+    if _library_class(group) and isinstance(group, _ProductBase):
+        return [group.first, group.second]
+    return None
+
+
 def _check_generators(group: Group, generators: list[Any]) -> None:
     """Claims are proved for the generators: they must generate the whole group.
 
     Permutation groups are built from their generators; other finite groups of order
     up to ``GENERATION_CHECK_LIMIT`` are closed under the generators and compared
-    with their order.
+    with their order. A larger or infinite group is trusted only when it is one of
+    groupattn's own groups (or a product of groups that are): a user's ``generators()``
+    that forgets a generator of a group too large to close would otherwise make every
+    claim hold for a subgroup only, so such a group makes the verdict unverified.
     """
-    if not isinstance(group, FiniteGroup) or isinstance(group, PermutationGroup):
+    factors = _factors(group)
+    if factors is not None:
+        for factor in factors:
+            _check_generators(factor, list(factor.generators()))
         return
-    try:
-        order = group.order()
-    except GroupError:
+    if isinstance(group, PermutationGroup) and _library_class(group):
         return
-    if order > GENERATION_CHECK_LIMIT:
-        return
+    order: int | None = None
+    if isinstance(group, FiniteGroup):
+        try:
+            order = group.order()
+        except GroupError:
+            order = None
+    if order is None or order > GENERATION_CHECK_LIMIT:
+        if _library_class(group):
+            return
+        size = (
+            "an infinite group"
+            if not group.is_finite
+            else (
+                "a finite group of unknown order"
+                if order is None
+                else f"a group of order {order:,}"
+            )
+        )
+        raise Unverifiable(
+            f"{group.name}: {size} defined outside groupattn ({type(group).__qualname__}), above the "
+            f"{GENERATION_CHECK_LIMIT:,} elements the checker closes under generators(): it cannot confirm "
+            "that generators() generate the whole group, and it proves claims for the generators only. "
+            "Build it as a groupattn.groups.PermutationGroup (its order follows from its generators) or "
+            "as a product of groupattn's groups"
+        )
     seen = {group.identity().value}
     frontier = [group.identity()]
     while frontier and len(seen) <= order:
@@ -528,7 +569,15 @@ def _check_runtime_behaviour(model: nn.Module, example: torch.Tensor, result: Ce
        the example scaled and shifted, its first sample alone, and large random values
        laid out non-contiguously with one sample more. A certified network must move
        exactly with every input, not only the example. A probe the model refuses (an
-       exception, e.g. a fixed batch size) is noted and skipped.
+       exception, e.g. a fixed batch size) is noted and skipped;
+    4. branches on the dtype: the same check on the example in its own dtype (float32,
+       float16, bfloat16), with that precision's tolerance (``_DTYPE_PROBE_TOLERANCE``) —
+       the trace and the checks above run in float64, so a path taken only in a lower
+       precision (a fused kernel without float64 support, inside a layer checked by its
+       contract) would otherwise never run;
+    5. samples moved one at a time: with the first sample moved by each generator and
+       the others fixed, its output must move as claimed and the others' must not change
+       (the claims are per sample: each image of a batch can be moved by its own element).
     """
     with torch.no_grad():
         model(example.clone())  # caches and lazy tables are filled here, not counted
@@ -564,7 +613,14 @@ def _check_runtime_behaviour(model: nn.Module, example: torch.Tensor, result: Ce
             probes.append(
                 ("large random values", (10.0 * noise).permute(*reversed(range(example.dim()))))
             )
-        for label, probe in probes:
+        precisions: list[tuple[str, torch.Tensor, torch.dtype]] = [
+            (label, probe, torch.float64) for label, probe in probes
+        ]
+        if example.dtype in _DTYPE_PROBE_TOLERANCE:
+            precisions.append(
+                (f"the example in its own dtype ({example.dtype})", example, example.dtype)
+            )
+        for label, probe, dtype in precisions:
             try:
                 report = verify(
                     model,
@@ -572,6 +628,8 @@ def _check_runtime_behaviour(model: nn.Module, example: torch.Tensor, result: Ce
                     result.group,
                     elements=result.group.generators(),
                     certificate=result,
+                    dtype=dtype,
+                    tolerance=_DTYPE_PROBE_TOLERANCE.get(dtype),
                 )
             except Exception as err:  # the probe itself cannot run: say so, keep the verdict
                 result.notes.append(
@@ -589,10 +647,119 @@ def _check_runtime_behaviour(model: nn.Module, example: torch.Tensor, result: Ce
                 _unverified(
                     result,
                     f"the network is not equivariant on {label}{detail}, although its trace on the example "
-                    "input is: its Python code takes another path for other inputs (a branch on values, strides "
-                    "or the batch), which the trace does not show",
+                    "input is: its Python code takes another path for other inputs (a branch on values, strides, "
+                    "the batch or the dtype), which the trace does not show",
                 )
                 return
+        if example.dim() >= 1 and example.shape[0] >= 2:
+            reason = _one_sample_moved(model, example, result)
+            if reason is not None:
+                _unverified(result, reason)
+
+
+#: Relative tolerances of the probe in the example's own precision (item 4 of
+#: ``_check_runtime_behaviour``): about ten times what an exactly equivariant network
+#: shows from rounding alone (float32 ~1e-6; bfloat16 and float16 a few units of their
+#: last place), far below what a branch to another computation gives.
+_DTYPE_PROBE_TOLERANCE: dict[torch.dtype, float] = {
+    torch.float32: 1e-4,
+    torch.float16: 2e-2,
+    torch.bfloat16: 5e-2,
+}
+
+#: Relative change (float64) of the other samples' outputs above which moving one sample
+#: is taken to move them too.
+_OTHER_SAMPLES_TOLERANCE = 1e-9
+
+
+class _FirstSampleInBatch(nn.Module):
+    """``z ↦ model(cat([z, rest]))`` restricted to the first sample of every batched leaf:
+    the model seen as a function of one sample while the others stay fixed."""
+
+    def __init__(self, model: nn.Module, rest: torch.Tensor) -> None:
+        super().__init__()
+        self.model = model
+        self.register_buffer("rest", rest)
+        self.batch = int(rest.shape[0]) + 1
+
+    def forward(self, z: torch.Tensor) -> Any:
+        from torch.utils._pytree import tree_map
+
+        rest = self.get_buffer("rest")
+        out = self.model(torch.cat([z, rest.to(z.dtype)]))
+        return tree_map(
+            lambda t: t[:1]
+            if isinstance(t, torch.Tensor) and t.dim() and t.shape[0] == self.batch
+            else t,
+            out,
+        )
+
+
+def _one_sample_moved(model: nn.Module, example: torch.Tensor, result: Certificate) -> str | None:
+    """Why the claims fail when one sample of the batch moves alone, or ``None``.
+
+    The claims are per sample (every image of a batch may be moved by its own element):
+    with the first sample moved by each generator and the others fixed, the first
+    sample's outputs must move as the certificate says and the others' must not change
+    (float64). A network that correlates samples fails; one that only pools over the
+    batch in a way every per-sample permutation keeps (``x * (x > 0).sum()``) passes.
+    """
+    from torch.utils._pytree import tree_flatten
+
+    from ..testing._equivariance import relative_error
+    from ._verify import verify
+
+    x = example.detach().to(torch.float64)
+    rest = x[1:].clone()
+    try:
+        report = verify(
+            _FirstSampleInBatch(model, rest),
+            x[:1].clone(),
+            result.group,
+            elements=result.group.generators(),
+            certificate=result,
+        )
+    except Exception as err:  # the probe itself cannot run: say so, keep the verdict
+        result.notes.append(
+            f"the check with one sample moved alone could not run: {type(err).__name__}: {err}"
+        )
+        return None
+    if report.refuted:
+        worst = report.worst(clean=True)
+        detail = ""
+        if worst is not None:
+            leaf, g = worst
+            detail = f" (relative error {leaf.clean_errors[g]:.3e} at {g!r} on {leaf.label})"
+        return (
+            f"moving only the first sample of the batch, its output does not move with it{detail}: "
+            "the network mixes the samples of a batch; the claims are per sample (each image moved "
+            "by its own element), and it is equivariant only when the whole batch moves together"
+        )
+    work = copy.deepcopy(model).to(torch.float64).eval()
+    in_type = result.input_type
+    batch = int(x.shape[0])
+    with torch.no_grad():
+        reference, _ = tree_flatten(work(x))
+        for g in result.group.generators():
+            assert in_type is not None
+            one = torch.cat([in_type.act(result.group, g, x[:1]), rest])
+            moved, _ = tree_flatten(work(one))
+            for a, b in zip(reference, moved, strict=False):
+                if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+                    continue
+                if a.dim() == 0 or a.shape[0] != batch or a.shape != b.shape:
+                    continue
+                if not (a.is_floating_point() or a.is_complex()):
+                    continue
+                change = relative_error(b[1:], a[1:])
+                if change > _OTHER_SAMPLES_TOLERANCE:
+                    return (
+                        f"moving only the first sample of the batch by {g!r} changes the other samples' "
+                        f"outputs (relative change {change:.3e}): the network mixes the samples of a "
+                        "batch; the claims are per sample (each image moved by its own element), and "
+                        "it is equivariant only when the whole batch moves together"
+                    )
+    return None
 
 
 _MODULE_INTERNALS = frozenset(vars(nn.Module()))

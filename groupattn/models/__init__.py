@@ -23,6 +23,7 @@ from ._escnn_hybrid import EscnnHybrid
 from ._group_swin import GroupSwin
 from ._group_vit import GroupViT
 from ._gsa import GSANet
+from ._p4_swin import P4Swin
 from ._p4_vit import P4ViT
 from ._registry import ModelSpec, create, get_spec, list_models, register_model
 from ._swin import ShiftSwin
@@ -35,6 +36,7 @@ __all__ = [
     "GroupSwin",
     "GroupViT",
     "ModelSpec",
+    "P4Swin",
     "P4ViT",
     "ShiftSwin",
     "ShiftTwins",

@@ -46,8 +46,9 @@ class GroupSwin(nn.Module):
     embedding.
 
     Contract: *invariant* under ``H``; *breaks* under translations that are not multiples
-    of the coarsest cell (strided patches, fixed windows, absolute positions); baseline:
-    *breaks* under rotations ("plain Swin baseline: ...").
+    of the coarsest cell (strided patches, fixed windows, absolute positions) —
+    [`P4Swin`][groupattn.models.P4Swin] anchors the windows to make every shift exact;
+    baseline: *breaks* under rotations ("plain Swin baseline: ...").
 
     Shapes: ``(B, in_channels, S, S) → (B, num_classes)``.
 

@@ -8,10 +8,10 @@ import torch
 from torch import nn
 
 from .._errors import ConfigurationError
-from ..actions import GridField
 from ..canonical import PatchGridAnchor
-from ..contracts import Contract, Status
-from ..groups import Group, PointGroup, RotoTranslationGroup, TorusTranslations
+from ..contracts import Contract
+from ..groups import Group, PointGroup
+from ._anchored import anchored_contract
 from ._group_vit import GroupViT
 from ._registry import register_model
 
@@ -101,37 +101,16 @@ class P4ViT(GroupViT):
             x = self.anchor(x).output
         return super().forward(x)
 
-    def _covered(self, group: Group) -> bool:
-        """Whether ``group`` is p4 / p4m (or a subgroup named above) of this model's torus."""
-        s = self.image_size
-        if isinstance(group, TorusTranslations):
-            return group.stride == 1 and (group.height, group.width) == (s, s)
-        if isinstance(group, RotoTranslationGroup):
-            point: PointGroup = group.point_group
-            if group.size != s:
-                return False
-        elif isinstance(group, PointGroup):
-            point = group
-        else:
-            return False
-        return GroupViT.contract(self, point).kind == Status.INVARIANT
-
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """See the class docstring."""
-        if not self.equivariant:
-            contract = GroupViT.contract(self, group, input_type)
-            if contract.kind != Status.BROKEN:  # e.g. invariant under the trivial group
-                return contract
-            reason = contract.reason or "absolute positional encoding"
-            if not reason.startswith("plain ViT baseline"):
-                reason = f"plain ViT baseline: {reason}"
-            return Contract.breaks(reason, contract.input_type or GridField())
-        if self._covered(group):
-            return Contract.invariant(GridField())
-        return Contract.unknown(
-            f"P4ViT: promises nothing for {group.name}; expected p4 / p4m (T ⋊ "
-            f"{self.point_group.name} or a subgroup) of the {self.image_size}x{self.image_size} torus",
-            GridField(),
+        return anchored_contract(
+            "P4ViT",
+            self.equivariant,
+            self.image_size,
+            self.point_group,
+            group,
+            lambda g: GroupViT.contract(self, g, input_type),
+            "plain ViT baseline",
         )
 
 

@@ -1,0 +1,74 @@
+"""What the p4 / p4m-invariant models (a patch-grid anchor in front of a C4 / D4 body) promise."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..actions import GridField
+from ..contracts import Contract, Status
+from ..groups import Group, PointGroup, RotoTranslationGroup, TorusTranslations
+
+
+def anchored_covers(
+    image_size: int, group: Group, point_contract: Callable[[PointGroup], Contract]
+) -> bool:
+    """Whether an anchored model on the ``S × S`` torus is invariant under ``group``.
+
+    ``group`` is covered when it is p4 / p4m (``T ⋊ H'``) of this torus, all its
+    translations, or a point group ``H'`` alone — each for an ``H'`` under which the body
+    (``point_contract``: the body's own contract under a point group) is *invariant*.
+    """
+    if isinstance(group, TorusTranslations):
+        return group.stride == 1 and (group.height, group.width) == (image_size, image_size)
+    if isinstance(group, RotoTranslationGroup):
+        if group.size != image_size:
+            return False
+        point: PointGroup = group.point_group
+    elif isinstance(group, PointGroup):
+        point = group
+    else:
+        return False
+    return point_contract(point).kind == Status.INVARIANT
+
+
+def anchored_contract(
+    name: str,
+    equivariant: bool,
+    image_size: int,
+    point_group: PointGroup,
+    group: Group,
+    body_contract: Callable[[Group], Contract],
+    baseline: str,
+) -> Contract:
+    """The contract of an anchored model (``equivariant``) or of its plain baseline.
+
+    Parameters
+    ----------
+    name
+        The model's class name, for the messages.
+    equivariant
+        Anchored model, or its baseline (no anchor).
+    image_size, point_group
+        The model's torus side and point group.
+    group
+        The group asked about.
+    body_contract
+        The body's contract (the model's parent class, without the anchor).
+    baseline
+        The prefix of the baseline's break, e.g. ``"plain ViT baseline"``.
+    """
+    if not equivariant:
+        contract = body_contract(group)
+        if contract.kind != Status.BROKEN:  # e.g. invariant under the trivial group
+            return contract
+        reason = contract.reason or "absolute positional encoding"
+        if not reason.startswith(baseline):
+            reason = f"{baseline}: {reason}"
+        return Contract.breaks(reason, contract.input_type or GridField())
+    if anchored_covers(image_size, group, body_contract):
+        return Contract.invariant(GridField())
+    return Contract.unknown(
+        f"{name}: promises nothing for {group.name}; expected p4 / p4m (T ⋊ "
+        f"{point_group.name} or a subgroup) of the {image_size}x{image_size} torus",
+        GridField(),
+    )

@@ -1,0 +1,146 @@
+"""p4 / p4m-invariant Swin: patch-grid anchoring with the windows' period, then the C4 / D4 group Swin."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._errors import ConfigurationError
+from ..canonical import PatchGridAnchor
+from ..contracts import Contract
+from ..groups import Group, PointGroup
+from ._anchored import anchored_contract
+from ._group_swin import GroupSwin
+from ._registry import register_model
+
+__all__ = ["P4Swin"]
+
+
+class P4Swin(GroupSwin):
+    """A group Swin exactly invariant to every circular shift and quarter turn together (p4; p4m for D4).
+
+    [`GroupSwin`][groupattn.models.GroupSwin] is invariant to turns (and reflections) about
+    the image centre, and — without absolute positions — to circular shifts by multiples
+    of its coarsest cell: the patch embedding, every stage's windows (plain and shifted by
+    half a window, on the torus), and every ``2 × 2`` patch merging all move onto
+    themselves under a shift by ``anchor_period = patch_size · 2^(stages − 1) ·
+    window_size`` pixels (16 for the registry preset: a 2-pixel patch, windows of 4
+    tokens, two stages). [`PatchGridAnchor`][groupattn.canonical.PatchGridAnchor] with that
+    period in front of it picks the phase of the coarsest window grid by a score that every
+    1-pixel shift, quarter turn and reflection of the torus permutes exactly, and rolls the
+    image so that this grid starts at the origin: what is left of p4 / p4m after it — turns
+    about the centre and shifts by multiples of the period — is exactly what the body is
+    invariant to. So the windows and the patch merging are *anchored*: an input shifted by
+    any number of pixels is partitioned into the same windows and merged in the same
+    ``2 × 2`` cells as the unshifted one, and the logits are invariant to all of p4 (p4m),
+    up to the anchoring's harmful *full ties* (see
+    [`PatchGridAnchor`][groupattn.canonical.PatchGridAnchor]; every one is reported).
+
+    The layers and parameter names are ``GroupSwin``'s (built with
+    ``absolute_position=False``: absolute positions would break the invariance to shifts
+    by the period that the anchoring relies on), plus the parameter-free ``anchor``. The
+    baseline (``equivariant=False``) is ``GroupSwin``'s plain Swin (no anchoring, trivial
+    point group, learned absolute position embedding, free per-pair window bias).
+
+    Contract: *invariant* under ``RotoTranslationGroup(H', S)`` for ``H' ⊆ H`` (p4, p4m),
+    under ``TorusTranslations(S, S)`` and under ``H'``; baseline: *breaks*
+    ("plain Swin baseline: …").
+
+    Shapes: ``(B, in_channels, S, S) → (B, num_classes)``.
+
+    Inputs: any batch size (``B = 0`` gives ``(0, num_classes)``); a floating tensor of the
+    model's dtype (see [`groupattn.models`][groupattn.models]).
+
+    Parameters
+    ----------
+    equivariant
+        p4 / p4m-invariant model or plain Swin baseline.
+    point_group
+        ``"C4"`` (p4) or ``"D4"`` (p4m).
+    in_channels, num_classes, image_size, patch_size, dim, depths, num_heads, window_size, shift, embed_kernel, mlp_ratio
+        As for [`GroupSwin`][groupattn.models.GroupSwin].
+
+    Attributes
+    ----------
+    anchor_period
+        The period (pixels) of the anchored grid: the coarsest window's side in pixels.
+
+    Raises
+    ------
+    ConfigurationError
+        As ``GroupSwin``, and for an image size that is not an int.
+    """
+
+    def __init__(
+        self,
+        equivariant: bool = True,
+        point_group: PointGroup | str = "C4",
+        in_channels: int = 1,
+        num_classes: int = 10,
+        image_size: int = 32,
+        patch_size: int = 2,
+        dim: int = 16,
+        depths: Sequence[int] = (2, 2),
+        num_heads: int = 2,
+        window_size: int = 4,
+        shift: bool = True,
+        embed_kernel: int | None = None,
+        mlp_ratio: float = 2.0,
+    ) -> None:
+        if not isinstance(image_size, int) or isinstance(image_size, bool):
+            raise ConfigurationError(
+                f"P4Swin: expected a square image size as an int, got {image_size!r}"
+            )
+        super().__init__(
+            equivariant=equivariant,
+            point_group=point_group,
+            in_channels=in_channels,
+            num_classes=num_classes,
+            image_size=image_size,
+            patch_size=patch_size,
+            dim=dim,
+            depths=depths,
+            num_heads=num_heads,
+            window_size=window_size,
+            shift=shift,
+            embed_kernel=embed_kernel,
+            mlp_ratio=mlp_ratio,
+            absolute_position=False,  # anchored content sits anywhere: no absolute positions
+        )  # the group Swin's layers (and its input check), registered on this module
+        self.image_size = image_size
+        # every window, shifted window and merge cell of every stage divides this period
+        self.anchor_period = patch_size * 2 ** (len(tuple(depths)) - 1) * window_size
+        self.anchor: nn.Module = (
+            PatchGridAnchor(self.anchor_period, image_size) if equivariant else nn.Identity()
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits ``(B, num_classes)`` of images ``(B, in_channels, S, S)``."""
+        if self.equivariant:
+            x = self.anchor(x).output
+        return super().forward(x)
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """See the class docstring."""
+        return anchored_contract(
+            "P4Swin",
+            self.equivariant,
+            self.image_size,
+            self.point_group,
+            group,
+            lambda g: GroupSwin.contract(self, g, input_type),
+            "plain Swin baseline",
+        )
+
+
+@register_model(
+    "p4_swin",
+    group="p4",
+    input_shape=(1, 32, 32),
+    description="p4/p4m-invariant Swin: patch-grid anchoring with the coarsest window's period, then the C4/D4 group Swin",
+)
+def _p4_swin(equivariant: bool = True, **kwargs: Any) -> P4Swin:
+    return P4Swin(equivariant=equivariant, **kwargs)

@@ -1,0 +1,31 @@
+"""Helpers shared by the tests of the anchored p4 / p4m models (p4_vit, p4_swin)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from groupattn.actions import GridField
+from groupattn.data import load_digits
+from groupattn.groups import Group
+
+
+def digit(index: int = 0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Test digit ``index`` of the bundled digits, ``(1, 1, 32, 32)``."""
+    return load_digits().test_images[index : index + 1].to(dtype)
+
+
+def moved(x: torch.Tensor, group: Group, elements: Iterable[Any]) -> torch.Tensor:
+    """``g·x`` for every element, stacked ``(|elements|·B, C, S, S)`` (exact permutations)."""
+    return torch.cat([GridField().act(group, g, x) for g in elements])
+
+
+def max_relative_error(model: torch.nn.Module, x: torch.Tensor, images: torch.Tensor) -> float:
+    """The largest change of the logits of ``images`` from those of ``x``, relative to the
+    largest logit of ``x`` (float64 comparison; batches of 512)."""
+    with torch.no_grad():
+        ref = model(x).to(torch.float64)
+        out = torch.cat([model(c) for c in images.split(512)]).to(torch.float64)
+    return float(((out - ref).abs().amax(dim=1) / ref.abs().amax()).max())
