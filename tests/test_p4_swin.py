@@ -1,11 +1,14 @@
 """p4_swin: a group Swin exactly invariant to every circular shift and quarter turn together.
 
-``PatchGridAnchor`` with the period of the coarsest window (16 px for the preset) in front
-of the C4/D4 group Swin (no absolute positions): the windows and the patch merging of every
-stage then see every shifted input partitioned the same way. Evidence: every element of p4
-in float64, p4m over every point element, float32 and bf16 tolerances, the checker's
-certificates, why the period is the coarsest window (a finer anchor is caught by the
-checker and breaks numerically), the un-anchored group Swin's and the baseline's breaks.
+An anchor in front of the C4/D4 group Swin: the registry model anchors the whole translation
+(``anchoring="centre"``, ``CentreAnchor``, body with absolute positions; more in
+``test_centre_anchor.py``); ``anchoring="patch"`` is ``PatchGridAnchor`` with the period of
+the coarsest window (16 px for the preset) and a body without absolute positions. Either
+way the windows and the patch merging of every stage see every shifted input partitioned
+the same way. Evidence: every element of p4 in float64, p4m over every point element,
+float32 and bf16 tolerances, the checker's certificates, why the period of the patch
+anchoring is the coarsest window (a finer anchor is caught by the checker and breaks
+numerically), the un-anchored group Swin's and the baseline's breaks.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from hypothesis import strategies as st
 from groupattn import ConfigurationError
 from groupattn.actions import GridField, InvariantField
 from groupattn.canonical import (
+    CentreAnchor,
     PatchGridAnchor,
     StridedRotoTranslationGroup,
     patch_grid_anchor,
@@ -35,6 +39,8 @@ from groupattn.testing import equivariance_error
 SIZE, PERIOD = 32, 16
 #: A lighter body with the preset's period (two stages, windows of 4 tokens, patch 2).
 SMALL = {"dim": 8, "depths": (1, 1), "num_heads": 1}
+#: The same with the patch-grid anchor of the coarsest window's period.
+PATCH_SMALL = {**SMALL, "anchoring": "patch"}
 
 
 # ---------------------------------------------------------------- registry and structure
@@ -45,11 +51,17 @@ def test_registry_entry_baseline_and_parameters() -> None:
     assert spec.group == "p4" and spec.input_shape == (1, SIZE, SIZE)
     model = create("p4_swin")
     assert isinstance(model, P4Swin) and isinstance(model, GroupSwin)
-    assert model.anchor_period == PERIOD
-    assert isinstance(model.anchor, PatchGridAnchor) and model.anchor.patch_size == PERIOD
+    # the default: the whole translation is anchored, the body keeps its absolute positions
+    assert model.anchoring == "centre" and model.anchor_period == SIZE
+    assert isinstance(model.anchor, CentreAnchor) and model.anchor.patch_size == SIZE
+    body = GroupSwin()
+    assert [n for n, _ in model.named_parameters()] == [n for n, _ in body.named_parameters()]
+    patch = create("p4_swin", anchoring="patch")
+    assert patch.anchor_period == PERIOD
+    assert type(patch.anchor) is PatchGridAnchor and patch.anchor.patch_size == PERIOD
     # the group Swin's layers without absolute positions, plus the parameter-free anchor
     body = GroupSwin(absolute_position=False)
-    assert [n for n, _ in model.named_parameters()] == [n for n, _ in body.named_parameters()]
+    assert [n for n, _ in patch.named_parameters()] == [n for n, _ in body.named_parameters()]
     baseline = create("p4_swin", equivariant=False)
     assert isinstance(baseline.anchor, torch.nn.Identity)
     plain = GroupSwin(equivariant=False)
@@ -66,7 +78,8 @@ def test_registry_entry_baseline_and_parameters() -> None:
     ],
 )
 def test_period_is_the_coarsest_window_in_pixels(kwargs: dict, period: int) -> None:
-    assert P4Swin(**kwargs).anchor_period == period
+    assert P4Swin(**kwargs, anchoring="patch").anchor_period == period
+    assert P4Swin(**kwargs).anchor_period == kwargs.get("image_size", SIZE)  # "centre"
 
 
 def test_bad_configuration_and_inputs_raise_clear_errors() -> None:
@@ -74,16 +87,23 @@ def test_bad_configuration_and_inputs_raise_clear_errors() -> None:
         P4Swin(image_size=(32, 32))  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="GroupSwin"):
         P4Swin(image_size=24)  # stage grids not divisible by the window
-    model = create("p4_swin", **SMALL)
+    with pytest.raises(ConfigurationError, match="P4Swin: expected anchoring"):
+        P4Swin(anchoring="window")
+    with pytest.raises(ConfigurationError, match="P4Swin: expected an even image size"):
+        P4Swin(image_size=27, patch_size=3, window_size=3, shift=False, depths=(1,))
+    model = create("p4_swin", **PATCH_SMALL)
     with pytest.raises(GroupError, match="PatchGridAnchor: expected a square image"):
         model(torch.zeros(1, 1, SIZE, 16))
+    with pytest.raises(GroupError, match="CentreAnchor: expected a square image"):
+        create("p4_swin", **SMALL)(torch.zeros(1, 1, SIZE, 16))
 
 
 # ---------------------------------------------------------------- exact invariance
 
 
-def test_logits_invariant_under_every_element_of_p4_float64() -> None:
-    model = create("p4_swin", **SMALL).double().eval()
+@pytest.mark.parametrize("anchoring", ["centre", "patch"])
+def test_logits_invariant_under_every_element_of_p4_float64(anchoring: str) -> None:
+    model = create("p4_swin", anchoring=anchoring, **SMALL).double().eval()
     x = _digit()
     group = p4(SIZE)
     moved = _moved(x, group, group.elements())  # 4 turns x 1,024 shifts
@@ -120,15 +140,17 @@ def test_logits_invariant_float32(seed: int) -> None:
 def test_logits_invariant_bf16() -> None:
     """bf16 weights and input: the phase is decided in float64 on exactly moved values, so
     the anchored images are exactly related; the bound is one bf16 step (7.8e-3)."""
-    model = create("p4_swin", **SMALL).eval().to(torch.bfloat16)
     x = _digit(2, torch.bfloat16)
     group = p4(SIZE)
     moved = _moved(x, group, group.sample(64, seed=0))
-    assert _max_relative_error(model, x, moved) <= 7.9e-3
-    strided = StridedRotoTranslationGroup(CyclicGroup(4), SIZE, PERIOD)
-    orbit = _moved(patch_grid_anchor(x, PERIOD).output, strided, strided.elements())
-    for image in patch_grid_anchor(moved[:16], PERIOD).output:
-        assert (orbit == image).flatten(1).all(dim=1).any()
+    for anchoring, period in (("centre", SIZE), ("patch", PERIOD)):
+        model = create("p4_swin", anchoring=anchoring, **SMALL).eval().to(torch.bfloat16)
+        assert _max_relative_error(model, x, moved) <= 7.9e-3
+        strided = StridedRotoTranslationGroup(CyclicGroup(4), SIZE, period)
+        assert model.anchor.contract(group).output_group == strided
+        orbit = _moved(model.anchor(x).output, strided, strided.elements())
+        for image in model.anchor(moved[:16]).output:
+            assert (orbit == image).flatten(1).all(dim=1).any()
 
 
 @pytest.mark.parametrize("image", ["constant", "symmetric"])
@@ -141,7 +163,7 @@ def test_full_ties_are_reported_and_invariance_holds(image: str) -> None:
     with record_canonicalizations() as rec:
         patch_grid_anchor(x, PERIOD)
     assert rec.events[0].num_tied == 1
-    model = create("p4_swin", **SMALL).double().eval()
+    model = create("p4_swin", **PATCH_SMALL).double().eval()
     group = p4(SIZE)
     assert _max_relative_error(model, x, _moved(x, group, group.sample(64, seed=1))) <= 1e-10
 
@@ -150,15 +172,17 @@ def test_full_ties_are_reported_and_invariance_holds(image: str) -> None:
 
 
 @pytest.mark.parametrize(("point_group", "group"), [("C4", "p4"), ("D4", "p4m")])
-def test_checker_certifies_p4_swin(point_group: str, group: str) -> None:
+def test_checker_certifies_p4_swin_with_patch_anchoring(point_group: str, group: str) -> None:
+    """The registry default (``anchoring="centre"``) is certified in ``test_centre_anchor.py``."""
     x = torch.randn(2, 1, SIZE, SIZE)
-    model = create("p4_swin", point_group=point_group, **SMALL)
+    model = create("p4_swin", point_group=point_group, **PATCH_SMALL)
     cert = certify(model, x, group, verify=True)
     assert cert.verdict == Status.INVARIANT, cert.reason
 
 
-def test_contract_covers_p4_translations_and_turns_only() -> None:
-    model = create("p4_swin", point_group="D4")
+@pytest.mark.parametrize("anchoring", ["centre", "patch"])
+def test_contract_covers_p4_translations_and_turns_only(anchoring: str) -> None:
+    model = create("p4_swin", point_group="D4", anchoring=anchoring)
     for group in (
         p4(SIZE),
         p4m(SIZE),

@@ -1,9 +1,12 @@
 """p4_vit: a patch ViT exactly invariant to every circular shift and quarter turn together.
 
-Patch-grid anchoring (``groupattn.canonical.PatchGridAnchor``) followed by the C4/D4 group
-ViT; the baseline is the plain ViT. Evidence: invariance over every element of p4 (and
-p4m for D4) in float64 on the registry's 32x32 input, float32 and bf16 tolerances, the
-checker's certificates, the baseline's break, and the tie rule on constructed inputs.
+An anchor followed by the C4/D4 group ViT; the baseline is the plain ViT. The registry
+model anchors the whole translation (``anchoring="centre"``, ``CentreAnchor``, body with
+absolute positions; more in ``test_centre_anchor.py``); ``anchoring="patch"`` anchors the
+phase of the patch grid (``groupattn.canonical.PatchGridAnchor``, body without absolute
+positions). Evidence: invariance over every element of p4 (and p4m for D4) in float64 on
+the registry's 32x32 input, float32 and bf16 tolerances, the checker's certificates, the
+baseline's break, and the patch-grid anchor's tie rule on constructed inputs.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from hypothesis import strategies as st
 
 from groupattn.actions import GridField, InvariantField
 from groupattn.canonical import (
+    CentreAnchor,
     PatchGridAnchor,
     StridedRotoTranslationGroup,
     num_patch_grid_scores,
@@ -36,9 +40,9 @@ from groupattn.models import GroupViT, P4ViT, create, get_spec
 from groupattn.testing import equivariance_error
 
 SIZE, PATCH = 32, 4
-#: A narrower body for the tie tests (the ties are the anchoring's; any body invariant to
-#: the strided group shows them): every element of p4 in a few seconds.
-SMALL = {"dim": 8, "depth": 1}
+#: A narrower patch-grid-anchored model for the tie tests (the ties are the anchoring's; any
+#: body invariant to the strided group shows them): every element of p4 in a few seconds.
+SMALL = {"dim": 8, "depth": 1, "anchoring": "patch"}
 
 
 def _orbit(x: torch.Tensor, group) -> torch.Tensor:  # type: ignore[no-untyped-def]
@@ -60,8 +64,12 @@ def test_registry_entry_and_baseline() -> None:
     spec = get_spec("p4_vit")
     assert spec.group == "p4" and spec.input_shape == (1, SIZE, SIZE)
     model = create("p4_vit")
-    assert isinstance(model, P4ViT) and isinstance(model.anchor, PatchGridAnchor)
+    assert isinstance(model, P4ViT) and isinstance(model.anchor, CentreAnchor)
+    assert model.anchoring == "centre" and model.absolute_position  # the default
     assert isinstance(model, GroupViT) and model.equivariant
+    patch = create("p4_vit", anchoring="patch")
+    assert type(patch.anchor) is PatchGridAnchor and patch.anchor.patch_size == PATCH
+    assert not patch.absolute_position
     baseline = create("p4_vit", equivariant=False)
     assert isinstance(baseline.anchor, torch.nn.Identity) and not baseline.equivariant
     assert baseline.point_group.order() == 1  # the plain ViT: trivial point group
@@ -70,8 +78,13 @@ def test_registry_entry_and_baseline() -> None:
     assert model.contract(CyclicGroup(4)).kind == Status.INVARIANT
     assert model.contract(p4m(SIZE)).kind == Status.UNVERIFIED  # a C4 body: no reflections
     assert model.contract(p4(16)).kind == Status.UNVERIFIED
+    for group in (p4(SIZE), TorusTranslations(SIZE, SIZE), CyclicGroup(4)):
+        assert patch.contract(group).kind == Status.INVARIANT
     d4 = create("p4_vit", point_group="D4")
     assert d4.contract(p4m(SIZE)).kind == Status.INVARIANT
+    assert create("p4_vit", point_group="D4", anchoring="patch").contract(p4m(SIZE)).kind == (
+        Status.INVARIANT
+    )
     broken = baseline.contract(p4(SIZE))
     assert broken.kind == Status.BROKEN
     assert (broken.reason or "").startswith("plain ViT baseline")
@@ -174,20 +187,20 @@ def test_logits_invariant_float32(seed: int) -> None:
 def test_logits_invariant_bf16() -> None:
     """bf16 weights and input: the anchoring decides in float64 on exactly moved values, so
     the phase is the same; the body's own bf16 rounding is the only error (measured 0.0 on
-    this digit over 256 elements; bound: one bf16 step, 7.8e-3)."""
-    model = create("p4_vit").eval().to(torch.bfloat16)
+    this digit over 256 elements with the patch anchor; bound: one bf16 step, 7.8e-3)."""
     x = _digit(2, torch.bfloat16)
     group = p4(SIZE)
     elements = group.sample(256, seed=0)
     moved = torch.cat([GridField().act(group, g, x) for g in elements])
-    assert _max_relative_error(model, x, moved) <= 7.9e-3
-    # the anchored images are exactly related (no rounding in the decision)
-    anchored = patch_grid_anchor(moved, PATCH).output
-    strided = StridedRotoTranslationGroup(CyclicGroup(4), SIZE, PATCH)
-    ref = patch_grid_anchor(x, PATCH).output
-    orbit = _orbit(ref, strided)
-    for image in anchored[:16]:
-        assert (orbit == image).flatten(1).all(dim=1).any()
+    for anchoring in ("centre", "patch"):
+        model = create("p4_vit", anchoring=anchoring).eval().to(torch.bfloat16)
+        assert _max_relative_error(model, x, moved) <= 7.9e-3
+        # the anchored images are exactly related (no rounding in the decision)
+        anchored = model.anchor(moved[:16]).output
+        strided = model.anchor.contract(group).output_group
+        orbit = _orbit(model.anchor(x).output, strided)
+        for image in anchored:
+            assert (orbit == image).flatten(1).all(dim=1).any()
 
 
 @settings(max_examples=8)
@@ -222,9 +235,11 @@ def test_scores_are_permuted_exactly_for_every_patch_size(patch: int, size: int)
 
 
 @pytest.mark.parametrize(("point_group", "group"), [("C4", "p4"), ("D4", "p4m")])
-def test_checker_certifies_p4_vit(point_group: str, group: str) -> None:
+def test_checker_certifies_p4_vit_with_patch_anchoring(point_group: str, group: str) -> None:
+    """The registry default (``anchoring="centre"``) is certified in ``test_centre_anchor.py``."""
     x = torch.randn(2, 1, SIZE, SIZE)
-    cert = certify(create("p4_vit", point_group=point_group), x, group, verify=True)
+    model = create("p4_vit", point_group=point_group, anchoring="patch")
+    cert = certify(model, x, group, verify=True)
     assert cert.verdict == Status.INVARIANT, cert.reason
 
 

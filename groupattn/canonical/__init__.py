@@ -2,8 +2,10 @@
 
 from ._argmax import ArgmaxCanonicalizer, argmax_with_margin
 from ._patch_grid import (
+    CentreAnchor,
     PatchGridAnchor,
     StridedRotoTranslationGroup,
+    centre_anchor,
     num_patch_grid_scores,
     patch_grid_anchor,
     patch_grid_phase,
@@ -45,11 +47,13 @@ __all__ = [
     "CanonicalizationEvent",
     "CanonicalizationRecorder",
     "Canonicalized",
+    "CentreAnchor",
     "PatchGridAnchor",
     "PolyphaseAnchor",
     "PolyphaseUnanchor",
     "StridedRotoTranslationGroup",
     "argmax_with_margin",
+    "centre_anchor",
     "gather_tokens",
     "near_ties_between",
     "num_patch_grid_scores",

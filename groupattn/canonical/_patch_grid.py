@@ -52,6 +52,19 @@ tie of [`polyphase_anchor`][groupattn.canonical.polyphase_anchor], harmless or n
 canonicalizer cannot tell them apart cheaply); the checker's numerical verification then
 sets those samples aside.
 
+Centre anchoring
+----------------
+With ``p = S`` the phases are all ``S²`` translations of the torus, and anchoring fixes the
+whole translation: what is left of p4 / p4m is ``StridedRotoTranslationGroup(H, S,
+stride=S)``, the turns and reflections about the image centre alone, to which a body with
+rotation-invariant *absolute* positions is exactly invariant.
+[`CentreAnchor`][groupattn.canonical.CentreAnchor] is that anchor with a cheap cascade:
+the ring scores of a Gaussian blur of the image restricted to the central
+``window × window`` block of each phase's ``S × S`` patch, from the centre outwards; the
+first (the blurred mass on the 4 pixels about the centre) rolls the blurred image's
+maximum to the image centre. The blur moves with the image under every element of p4m bit
+for bit (see ``_symmetric_blur``), so the ring scores are again permuted exactly.
+
 Precision
 ---------
 Scores in float64 ([`score_dtype`][groupattn.canonical.score_dtype]) with autocast
@@ -61,6 +74,8 @@ bit for bit).
 
 from __future__ import annotations
 
+import math
+import numbers
 import random
 from collections.abc import Hashable
 from typing import Any
@@ -68,6 +83,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._errors import ConfigurationError, ShapeError
 from ..actions import GridField
 from ..contracts import Contract
 from ..groups import (
@@ -86,8 +102,10 @@ from ._precision import scoring, to_score_dtype
 from ._types import Canonicalized
 
 __all__ = [
+    "CentreAnchor",
     "PatchGridAnchor",
     "StridedRotoTranslationGroup",
+    "centre_anchor",
     "num_patch_grid_scores",
     "patch_grid_anchor",
     "patch_grid_phase",
@@ -480,17 +498,18 @@ class PatchGridAnchor(nn.Module):
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """See the class docstring."""
         field = GridField()
+        name = type(self).__name__
         size, p = self._size(group), self.patch_size
         if size is None or size % p:
             return Contract.unknown(
-                f"PatchGridAnchor: promises nothing for {group.name}; expected p4, p4m or translations "
+                f"{name}: promises nothing for {group.name}; expected p4, p4m or translations "
                 f"of a square torus whose side is a multiple of {p}",
                 field,
             )
         if isinstance(group, TorusTranslations):
             if group.stride != 1 or (group.height, group.width) != (size, size):
                 return Contract.unknown(
-                    f"PatchGridAnchor: promises nothing for {group.name}; expected T({size}x{size})",
+                    f"{name}: promises nothing for {group.name}; expected T({size}x{size})",
                     field,
                 )
             return Contract.canonicalizing(
@@ -503,7 +522,7 @@ class PatchGridAnchor(nn.Module):
             point = group.point_group
         if point is None or not point.acts_exactly_on_grid:
             return Contract.unknown(
-                f"PatchGridAnchor: promises nothing for {group.name}; expected p4, p4m (T ⋊ H, H ⊆ D4) "
+                f"{name}: promises nothing for {group.name}; expected p4, p4m (T ⋊ H, H ⊆ D4) "
                 f"or translations of the {size}x{size} torus",
                 field,
             )
@@ -513,3 +532,261 @@ class PatchGridAnchor(nn.Module):
         return f"patch_size={self.patch_size}" + (
             f", image_size={self.image_size}" if self.image_size else ""
         )
+
+
+# ---------------------------------------------------------------- centre anchoring
+
+
+def _symmetric_blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
+    """A circular Gaussian blur that moves with the image under every element of p4m, bit for bit.
+
+    ``blur(x) = along(along(x, H), W) + along(along(x, W), H)`` with
+    ``along(t, dim) = w_0·t + Σ_{d=1..r} w_d·(roll(t, d) + roll(t, −d))`` along ``dim``
+    (circularly), ``w_d = exp(−d² / 2σ²)`` and ``r = ceil(3σ)``, the ``d`` added in
+    increasing order. Every output pixel is the same formula applied to the same values
+    wherever the image has been moved:
+
+    * a translation moves every operand with it (a circular roll is a permutation);
+    * a reflection of the axis ``dim`` swaps ``roll(t, d)`` and ``roll(t, −d)``, which are
+      added first, and floating-point addition is commutative;
+    * a transpose (the other half of a quarter turn) swaps the two pass orders, whose
+      results are again added by one commutative addition.
+
+    So ``blur(g·x) == g·blur(x)`` exactly for every ``g`` of p4m (turns and reflections
+    about the image centre, circular shifts), in any floating dtype (the canonicalizers
+    call it in float64). The weights are not normalised (only the ordering of scores
+    matters); the blur wraps around the torus, also more than once when ``r ≥ S``.
+
+    Parameters
+    ----------
+    x
+        Images ``(B, C, H, W)`` (square for the turns), floating point.
+    sigma
+        The Gaussian's standard deviation in pixels, ``> 0``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, C, H, W)`` in the dtype of ``x``.
+    """
+    r = max(1, math.ceil(3 * sigma))
+    weights = [math.exp(-d * d / (2 * sigma * sigma)) for d in range(r + 1)]
+
+    def along(t: torch.Tensor, dim: int) -> torch.Tensor:
+        n = t.shape[dim]
+        copies = -(-r // n)  # enough whole copies on each side for a circular margin of r
+        padded = torch.cat([t] * (2 * copies + 1), dim=dim).narrow(dim, copies * n - r, n + 2 * r)
+        # padded[j] = t[(j − r) mod n], so roll(t, d) = padded[r − d : r − d + n]
+        out = weights[0] * t
+        for d in range(1, r + 1):
+            pair = padded.narrow(dim, r - d, n) + padded.narrow(dim, r + d, n)
+            out = out + weights[d] * pair
+        return out
+
+    return along(along(x, -2), -1) + along(along(x, -1), -2)
+
+
+def _centre_scores(x: torch.Tensor, sigma: float, window: int) -> torch.Tensor:
+    """The ring scores ``(B, n, S²)`` of every phase (``n = len(patch_rings(window))``), in the dtype of ``x``.
+
+    Column ``a·S + b`` scores phase ``(a, b)``: the ``window × window`` block at the centre
+    of the ``S × S`` patch whose top-left corner is ``(a, b)`` — its top-left corner at
+    ``(a, b) + (S − window)/2`` — of the blurred image. Row ``k``: ``Σ_c ring_k²`` of that
+    block (the rings of [`patch_rings`][groupattn.canonical.patch_rings]`(window)`, from the
+    centre outwards; they are the innermost rings of the ``S × S`` patch about the same
+    centre).
+    """
+    b, _, s, _ = x.shape
+    blurred = _symmetric_blur(x, sigma)
+    offset = (s - window) // 2
+    if offset:
+        blurred = torch.roll(blurred, (-offset, -offset), (-2, -1))
+    rings = _ring_sums(_window_view(blurred, window), window)
+    return torch.stack([(r * r).sum(dim=1).reshape(b, s * s) for r in rings], dim=1)
+
+
+def _check_sigma(module: str, sigma: float) -> float:
+    if (
+        isinstance(sigma, bool)
+        or not isinstance(sigma, numbers.Real)
+        or not math.isfinite(float(sigma))
+        or sigma <= 0
+    ):
+        raise ConfigurationError(
+            f"{module}: expected sigma as a finite number > 0 (pixels), got {sigma!r}"
+        )
+    return float(sigma)
+
+
+def _check_window(module: str, window: int, size: int | None) -> int:
+    if isinstance(window, bool) or not isinstance(window, int) or window < 2 or window % 2:
+        raise ConfigurationError(f"{module}: expected window as an even int >= 2, got {window!r}")
+    if size is not None and window > size:
+        raise ConfigurationError(
+            f"{module}: expected window <= the image size {size}, got window={window}"
+        )
+    return window
+
+
+def _check_centre_input(module: str, x: torch.Tensor, window: int) -> int:
+    _check_input(module, x, 1)
+    side = int(x.shape[-1])
+    if side % 2:
+        raise ShapeError(f"{module}: expected an even image side, got {side}x{side}")
+    if window > side:
+        raise ShapeError(f"{module}: expected an image side >= window={window}, got {side}x{side}")
+    return side
+
+
+def _centre_anchor(x: torch.Tensor, sigma: float, window: int) -> Canonicalized:
+    """[`centre_anchor`][groupattn.canonical.centre_anchor] after the checks."""
+    side = int(x.shape[-1])
+    with scoring(x.device):
+        scores = _centre_scores(to_score_dtype(x), sigma, window)
+    deciding = _lexicographic(scores)
+    index, margin = argmax_with_margin(deciding, x.dtype)  # reports ties when recording
+    row = torch.div(index, side, rounding_mode="floor")
+    col = index - row * side
+    return Canonicalized(_gather_roll(x, row, col, None), torch.stack([row, col], dim=1), margin)
+
+
+def centre_anchor(x: torch.Tensor, sigma: float = 6.0, window: int = 8) -> Canonicalized:
+    """Roll each sample so that the centre of its blurred mass sits at the image centre, exactly under p4m.
+
+    Patch-grid anchoring with ``p = S`` (see [`CentreAnchor`][groupattn.canonical.CentreAnchor]):
+    every one of the ``S²`` translations is a phase; the phase ``(a, b)`` is scored by the
+    ring energies ``Σ_c ring_k²`` (from the centre outwards) of the central
+    ``window × window`` block of the ``S × S`` patch at ``(a, b)`` in a D4-symmetric
+    Gaussian blur of the image, compared lexicographically; the winner is rolled to the
+    origin, which puts its block at the image centre.
+
+    Contract: canonicalizing under p4 / p4m of the ``S × S`` torus (and all its
+    translations, and the point group alone) with output group
+    ``StridedRotoTranslationGroup(H, S, stride=S)``: an input moved by ``(t, h)`` gives the
+    output turned (reflected) by ``h`` about the image centre, whatever ``t``.
+
+    Parameters
+    ----------
+    x
+        Images ``(B, C, S, S)``, ``S`` even and ``≥ window``.
+    sigma
+        The blur's standard deviation in pixels (``> 0``; 6 suits 28 × 28 digits on a
+        32 × 32 canvas).
+    window
+        The side of the scored central block, even.
+
+    Returns
+    -------
+    Canonicalized
+        ``output`` ``(B, C, S, S)`` in the dtype of ``x`` (``x`` rolled by ``(−a, −b)``);
+        ``frame`` long ``(B, 2)`` the phase ``(a, b)``; ``margin`` ``(B,)`` float64, the
+        deciding score's margin (0 on a full tie, where the lowest index ``a·S + b``
+        wins; every decision is reported to
+        [`record_canonicalizations`][groupattn.canonical.record_canonicalizations]).
+
+    Raises
+    ------
+    ConfigurationError
+        For a ``sigma`` that is not a finite number > 0, or a ``window`` that is not an
+        even int ≥ 2.
+    GroupError
+        For an input that is not a batch of square images with an even side ≥ ``window``.
+    """
+    sigma = _check_sigma("centre_anchor", sigma)
+    window = _check_window("centre_anchor", window, None)
+    _check_centre_input("centre_anchor", x, window)
+    return _centre_anchor(x, sigma, window)
+
+
+class CentreAnchor(PatchGridAnchor):
+    """Anchor the whole translation: roll the blurred image's centre to the image centre, exactly under p4m.
+
+    [`PatchGridAnchor`][groupattn.canonical.PatchGridAnchor] with ``patch_size = image_size``:
+    the ``S²`` phases of the ``S × S`` "patch grid" are all the translations of the torus,
+    so what is left of p4 / p4m after anchoring is
+    ``StridedRotoTranslationGroup(H, S, stride=S)`` — the turns and reflections about the
+    image centre alone. A body that is invariant to those *with absolute positions*
+    (``GroupViT`` / ``GroupSwin`` with their rotation-invariant
+    [`LiftedOrbitPositionalEncoding`][groupattn.positional.LiftedOrbitPositionalEncoding])
+    is then invariant to all of p4 / p4m. The group models learn far better with absolute
+    positions than without them, which the patch-size anchor must give up.
+
+    Scores (cheap: no ``S × S`` cascade): the image is blurred with ``_symmetric_blur``
+    (a circular Gaussian of standard deviation ``sigma``, in float64), and phase ``(a, b)``
+    is scored by the ring energies ``Σ_c ring_k²`` of the central ``window × window``
+    block of its ``S × S`` patch (top-left corner ``(a, b) + (S − window)/2``; the rings are
+    the D4 orbits about the block's centre, [`patch_rings`][groupattn.canonical.patch_rings]
+    ``(window)``, centre outwards: the first is the blurred mass on the 4 pixels about the
+    centre, so the blurred image's maximum is rolled to the image centre), compared
+    lexicographically (a later ring decides only among the phases tied on all earlier
+    ones).
+
+    Why it is exact: the blur moves with the image under every element of p4m bit for bit
+    (opposite offsets are added first and the two pass orders are added last, both
+    commutative floating-point additions), a ring sum is the same float for a turned or
+    reflected block (opposite pixels first), and a turn about the image centre maps the
+    block of phase ``φ`` onto the block of phase ``h·φ mod S`` (``S`` and ``window`` even:
+    every block is centred on a pixel corner, as is the image). So a moved input permutes
+    the scores exactly, and the arg-max moves with it.
+
+    Ties: only a *full tie* (phases equal on every ring score) falls back to the lowest
+    index ``a·S + b`` and is reported as a tie (margin 0) to
+    [`record_canonicalizations`][groupattn.canonical.record_canonicalizations]. It is
+    harmless when the anchored images of the tied phases differ by a turn about the
+    centre — a constant image (every phase gives the same image) or an image equal to its
+    own quarter turn (``φ`` ties with ``h·φ``); only a full tie between phases whose
+    anchored images no turn relates (e.g. two equal blobs related by a shift) can break
+    invariance. Generic images, such as digits, have no tie.
+
+    Contract: [`PatchGridAnchor`][groupattn.canonical.PatchGridAnchor]'s with ``p = S``:
+    canonicalizing under ``RotoTranslationGroup(H, S)`` (p4, p4m) and under ``H`` with
+    output group ``StridedRotoTranslationGroup(H, S, stride=S)``; under
+    ``TorusTranslations(S, S)`` with the trivial output group ``TorusTranslations(1, 1,
+    stride=S)`` (invariant).
+
+    Shapes: ``(B, C, S, S) → Canonicalized(output (B, C, S, S), frame (B, 2), margin (B,))``
+    (see [`centre_anchor`][groupattn.canonical.centre_anchor]); scores in float64 with
+    autocast disabled, the output in the input's dtype.
+
+    Parameters
+    ----------
+    image_size
+        ``S``, even.
+    sigma
+        The blur's standard deviation in pixels, ``> 0``.
+    window
+        The side of the scored central block: even, ``≤ S``.
+
+    Raises
+    ------
+    ConfigurationError
+        For an odd or non-int ``image_size``, a ``sigma`` that is not a finite number > 0,
+        or a ``window`` that is odd or larger than ``image_size``.
+    """
+
+    def __init__(self, image_size: int, sigma: float = 6.0, window: int = 8) -> None:
+        if (
+            isinstance(image_size, bool)
+            or not isinstance(image_size, int)
+            or image_size < 2
+            or image_size % 2
+        ):
+            raise ConfigurationError(
+                f"CentreAnchor: expected an even image size as an int >= 2, got {image_size!r}"
+            )
+        super().__init__(image_size, image_size)
+        self.sigma = _check_sigma("CentreAnchor", sigma)
+        self.window = _check_window("CentreAnchor", window, image_size)
+
+    def forward(self, x: torch.Tensor) -> Canonicalized:
+        """Anchor images ``(B, C, S, S)``; see [`centre_anchor`][groupattn.canonical.centre_anchor]."""
+        side = _check_centre_input("CentreAnchor", x, self.window)
+        if side != self.image_size:
+            raise ShapeError(
+                f"CentreAnchor: expected images of side image_size={self.image_size}, "
+                f"got {side}x{side}"
+            )
+        return _centre_anchor(x, self.sigma, self.window)
+
+    def extra_repr(self) -> str:
+        return f"image_size={self.image_size}, sigma={self.sigma:g}, window={self.window}"

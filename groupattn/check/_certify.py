@@ -78,6 +78,16 @@ def _check_argument_types(model: Any, example_input: Any, group: Any, input_type
         raise TypeError(
             f"certify: expected the example input as one torch.Tensor, got {type(example_input).__name__}"
         )
+    if example_input.layout != torch.strided:
+        raise TypeError(
+            f"certify: expected a dense (strided) example input, got layout {example_input.layout} "
+            "(convert it with .to_dense())"
+        )
+    if example_input.device.type == "meta":
+        raise TypeError(
+            "certify: expected an example input with values, got a tensor on the meta device "
+            "(the checker runs the model on it)"
+        )
     if not isinstance(group, Group | str):
         raise TypeError(
             f"certify: expected the group as a groupattn.groups.Group or a group name, got "

@@ -1,12 +1,46 @@
-"""What the p4 / p4m-invariant models (a patch-grid anchor in front of a C4 / D4 body) promise."""
+"""What the p4 / p4m-invariant models (an anchor in front of a C4 / D4 body) promise, and their anchors."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from torch import nn
+
+from .._errors import ConfigurationError
 from ..actions import GridField
+from ..canonical import CentreAnchor, PatchGridAnchor
 from ..contracts import Contract, Status
 from ..groups import Group, PointGroup, RotoTranslationGroup, TorusTranslations
+
+#: The anchorings of the p4 / p4m models: the whole translation, or the phase of a grid.
+ANCHORINGS = ("centre", "patch")
+
+
+def check_anchoring(name: str, anchoring: str) -> str:
+    """``anchoring`` if it is one of ``ANCHORINGS``; otherwise a ``ConfigurationError`` naming the model."""
+    if not isinstance(anchoring, str) or anchoring not in ANCHORINGS:
+        raise ConfigurationError(
+            f"{name}: expected anchoring 'centre' (the whole translation; body with absolute "
+            f"positions) or 'patch' (the phase of the patch / window grid; body without), "
+            f"got {anchoring!r}"
+        )
+    return anchoring
+
+
+def build_anchor(name: str, anchoring: str, period: int, image_size: int) -> nn.Module:
+    """The anchor of a p4 / p4m model on the ``S × S`` torus.
+
+    ``"centre"``: [`CentreAnchor`][groupattn.canonical.CentreAnchor] (``window = min(8, S)``),
+    leaving turns about the centre; ``"patch"``: ``PatchGridAnchor(period)``, leaving also
+    shifts by multiples of ``period`` (the patch size, or the coarsest window's side).
+    """
+    if anchoring == "centre":
+        if image_size < 2 or image_size % 2:
+            raise ConfigurationError(
+                f"{name}: expected an even image size for anchoring='centre', got {image_size}"
+            )
+        return CentreAnchor(image_size, window=min(8, image_size))
+    return PatchGridAnchor(period, image_size)
 
 
 def anchored_covers(
