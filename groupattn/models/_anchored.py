@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+import torch
 from torch import nn
 
 from .._errors import ConfigurationError
@@ -106,3 +108,37 @@ def anchored_contract(
         f"{point_group.name} or a subgroup) of the {image_size}x{image_size} torus",
         GridField(),
     )
+
+
+class AnchoredModel(nn.Module):
+    """Mixin of the p4 / p4m models: the anchor in front, the contract of ``anchored_contract``.
+
+    Put it before the body class (``class P4ViT(AnchoredModel, GroupViT)``); the model sets
+    ``equivariant``, ``anchor``, ``image_size`` and ``point_group``, and names its
+    baseline in ``baseline_label``.
+    """
+
+    baseline_label = "plain baseline"
+    equivariant: bool
+    anchor: nn.Module
+    image_size: int
+    point_group: PointGroup
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits ``(B, num_classes)`` of images ``(B, in_channels, S, S)``."""
+        if self.equivariant:
+            x = self.anchor(x).output
+        return super().forward(x)  # type: ignore[no-any-return]
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """See the class docstring."""
+        body = super().contract  # type: ignore[misc]  # the body class's own contract
+        return anchored_contract(
+            type(self).__name__,
+            self.equivariant,
+            self.image_size,
+            self.point_group,
+            group,
+            lambda g: body(g, input_type),
+            self.baseline_label,
+        )

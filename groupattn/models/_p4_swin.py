@@ -5,20 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
 from torch import nn
 
 from .._errors import ConfigurationError
-from ..contracts import Contract
-from ..groups import Group, PointGroup
-from ._anchored import anchored_contract, build_anchor, check_anchoring
+from ..groups import PointGroup
+from ._anchored import AnchoredModel, build_anchor, check_anchoring
 from ._group_swin import GroupSwin
 from ._registry import register_model
 
 __all__ = ["P4Swin"]
 
 
-class P4Swin(GroupSwin):
+class P4Swin(AnchoredModel, GroupSwin):
     """A group Swin exactly invariant to every circular shift and quarter turn together (p4; p4m for D4).
 
     [`GroupSwin`][groupattn.models.GroupSwin] is invariant to turns (and reflections) about
@@ -92,6 +90,8 @@ class P4Swin(GroupSwin):
         or (``"centre"``) an odd image size.
     """
 
+    baseline_label = "plain Swin baseline"
+
     def __init__(
         self,
         equivariant: bool = True,
@@ -141,24 +141,6 @@ class P4Swin(GroupSwin):
             build_anchor("P4Swin", anchoring, window_period, image_size)
             if equivariant
             else nn.Identity()
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits ``(B, num_classes)`` of images ``(B, in_channels, S, S)``."""
-        if self.equivariant:
-            x = self.anchor(x).output
-        return super().forward(x)
-
-    def contract(self, group: Group, input_type: Any = None) -> Contract:
-        """See the class docstring."""
-        return anchored_contract(
-            "P4Swin",
-            self.equivariant,
-            self.image_size,
-            self.point_group,
-            group,
-            lambda g: GroupSwin.contract(self, g, input_type),
-            "plain Swin baseline",
         )
 
 

@@ -4,20 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import nn
 
 from .._errors import ConfigurationError
-from ..contracts import Contract
-from ..groups import Group, PointGroup
-from ._anchored import anchored_contract, build_anchor, check_anchoring
+from ..groups import PointGroup
+from ._anchored import AnchoredModel, build_anchor, check_anchoring
 from ._group_vit import GroupViT
 from ._registry import register_model
 
 __all__ = ["P4ViT"]
 
 
-class P4ViT(GroupViT):
+class P4ViT(AnchoredModel, GroupViT):
     """A patch ViT exactly invariant to every circular shift and quarter turn together (p4; p4m for D4).
 
     An anchor rolls the image so that the choice of translation moves with the image under
@@ -78,6 +76,8 @@ class P4ViT(GroupViT):
         or (``"centre"``) an odd image size.
     """
 
+    baseline_label = "plain ViT baseline"
+
     def __init__(
         self,
         equivariant: bool = True,
@@ -122,24 +122,6 @@ class P4ViT(GroupViT):
             build_anchor("P4ViT", anchoring, patch_size, image_size)
             if equivariant
             else nn.Identity()
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits ``(B, num_classes)`` of images ``(B, in_channels, S, S)``."""
-        if self.equivariant:
-            x = self.anchor(x).output
-        return super().forward(x)
-
-    def contract(self, group: Group, input_type: Any = None) -> Contract:
-        """See the class docstring."""
-        return anchored_contract(
-            "P4ViT",
-            self.equivariant,
-            self.image_size,
-            self.point_group,
-            group,
-            lambda g: GroupViT.contract(self, g, input_type),
-            "plain ViT baseline",
         )
 
 
