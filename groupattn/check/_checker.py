@@ -839,7 +839,7 @@ def _one_sample_moved(
     try:
         work = copy.deepcopy(model).to(torch.float64).eval()
         with torch.no_grad():
-            reference, _ = tree_flatten(work(x))
+            reference, _ = tree_flatten(work(x.clone()))  # (a model may edit its input)
             # one forward per variant: a batch of other variants would be other samples
             outputs = [
                 tree_flatten(
