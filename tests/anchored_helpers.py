@@ -29,3 +29,16 @@ def max_relative_error(model: torch.nn.Module, x: torch.Tensor, images: torch.Te
         ref = model(x).to(torch.float64)
         out = torch.cat([model(c) for c in images.split(512)]).to(torch.float64)
     return float(((out - ref).abs().amax(dim=1) / ref.abs().amax()).max())
+
+
+def point_elements_with_shifts(
+    point_order: int, shifts_per_element: int, size: int, seed: int = 0
+) -> list[tuple[tuple[int, int], int]]:
+    """Every point element ``h < point_order``, each with ``shifts_per_element`` seeded
+    random shifts of the ``size × size`` torus: elements ``((dy, dx), h)`` of p4 / p4m."""
+    gen = torch.Generator().manual_seed(seed)
+    return [
+        ((int(dy), int(dx)), h)
+        for h in range(point_order)
+        for dy, dx in torch.randint(0, size, (shifts_per_element, 2), generator=gen).tolist()
+    ]

@@ -18,6 +18,7 @@ import torch
 from anchored_helpers import digit as _digit
 from anchored_helpers import max_relative_error as _max_relative_error
 from anchored_helpers import moved as _moved
+from anchored_helpers import point_elements_with_shifts
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -116,12 +117,7 @@ def test_preset_logits_invariant_under_p4m_every_point_element_float64() -> None
     model = create("p4_swin", point_group="D4").double().eval()
     x = _digit(1)
     group = p4m(SIZE)
-    gen = torch.Generator().manual_seed(0)
-    elements = [
-        ((int(dy), int(dx)), h)
-        for h in range(8)
-        for dy, dx in torch.randint(0, SIZE, (32, 2), generator=gen).tolist()
-    ]
+    elements = point_elements_with_shifts(8, 32, SIZE)
     assert _max_relative_error(model, x, _moved(x, group, elements)) <= 1e-10
 
 

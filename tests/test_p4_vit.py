@@ -18,6 +18,7 @@ import torch
 from anchored_helpers import digit as _digit
 from anchored_helpers import max_relative_error as _max_relative_error
 from anchored_helpers import moved as _moved
+from anchored_helpers import point_elements_with_shifts
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -162,12 +163,7 @@ def test_logits_invariant_under_p4m_every_point_element_and_shift_sample_float64
     model = create("p4_vit", point_group="D4").double().eval()
     x = _digit(1)
     group = p4m(SIZE)
-    gen = torch.Generator().manual_seed(0)
-    elements = [
-        ((int(dy), int(dx)), h)
-        for h in range(8)
-        for dy, dx in torch.randint(0, SIZE, (64, 2), generator=gen).tolist()
-    ]
+    elements = point_elements_with_shifts(8, 64, SIZE)
     moved = torch.cat([GridField().act(group, g, x) for g in elements])
     assert _max_relative_error(model, x, moved) <= 1e-10
 

@@ -18,6 +18,16 @@ from ..groups import Group, PointGroup, RotoTranslationGroup, TorusTranslations
 ANCHORINGS = ("centre", "patch")
 
 
+def check_anchored_arguments(name: str, image_size: Any, anchoring: str) -> str:
+    """The arguments every anchored model checks before building its body: a square image
+    size as an int, and ``anchoring`` (returned) one of ``ANCHORINGS``."""
+    if not isinstance(image_size, int) or isinstance(image_size, bool):
+        raise ConfigurationError(
+            f"{name}: expected a square image size as an int, got {image_size!r}"
+        )
+    return check_anchoring(name, anchoring)
+
+
 def check_anchoring(name: str, anchoring: str) -> str:
     """``anchoring`` if it is one of ``ANCHORINGS``; otherwise a ``ConfigurationError`` naming the model."""
     if not isinstance(anchoring, str) or anchoring not in ANCHORINGS:

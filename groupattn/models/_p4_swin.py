@@ -7,9 +7,8 @@ from typing import Any
 
 from torch import nn
 
-from .._errors import ConfigurationError
 from ..groups import PointGroup
-from ._anchored import AnchoredModel, build_anchor, check_anchoring
+from ._anchored import AnchoredModel, build_anchor, check_anchored_arguments
 from ._group_swin import GroupSwin
 from ._registry import register_model
 
@@ -109,11 +108,7 @@ class P4Swin(AnchoredModel, GroupSwin):
         mlp_ratio: float = 2.0,
         anchoring: str = "centre",
     ) -> None:
-        if not isinstance(image_size, int) or isinstance(image_size, bool):
-            raise ConfigurationError(
-                f"P4Swin: expected a square image size as an int, got {image_size!r}"
-            )
-        anchoring = check_anchoring("P4Swin", anchoring)
+        anchoring = check_anchored_arguments("P4Swin", image_size, anchoring)
         super().__init__(
             equivariant=equivariant,
             point_group=point_group,

@@ -6,9 +6,8 @@ from typing import Any
 
 from torch import nn
 
-from .._errors import ConfigurationError
 from ..groups import PointGroup
-from ._anchored import AnchoredModel, build_anchor, check_anchoring
+from ._anchored import AnchoredModel, build_anchor, check_anchored_arguments
 from ._group_vit import GroupViT
 from ._registry import register_model
 
@@ -94,11 +93,7 @@ class P4ViT(AnchoredModel, GroupViT):
         embed_kernel: int | None = None,
         anchoring: str = "centre",
     ) -> None:
-        if not isinstance(image_size, int) or isinstance(image_size, bool):
-            raise ConfigurationError(
-                f"P4ViT: expected a square image size as an int, got {image_size!r}"
-            )
-        anchoring = check_anchoring("P4ViT", anchoring)
+        anchoring = check_anchored_arguments("P4ViT", image_size, anchoring)
         super().__init__(
             equivariant=equivariant,
             point_group=point_group,
