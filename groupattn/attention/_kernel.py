@@ -28,6 +28,7 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.autograd.function import once_differentiable
 
 from .._errors import ConfigurationError
 
@@ -519,6 +520,321 @@ def attend(
     return _sdpa(query, key, value, bias, dropout)
 
 
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Half precisions accumulate in float32; float32 and float64 compute in themselves."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+class _Windows:
+    """The flat layout of the factorised kernel, for one ``(B, H, W)`` grid and window ``k``.
+
+    Tensors are channels first over the *padded* grid ``(B, H + 2r, W + 2r)``, flattened to
+    ``M = B (H + 2r)(W + 2r)`` positions (leading dims: heads, channels). A key or value
+    tensor holds the wrapped (or zero-padded) grid, followed by ``slack`` zeros; a pixel
+    ``(y, x)`` is *anchored* at the flat position ``a`` of padded ``(y, x)``, the top-left
+    corner of its window, so the key at window offset ``t = (dy, dx)`` sits at ``a + δ_t`` with
+    ``δ_t = dy (W + 2r) + dx``: the keys of every pixel at one offset are the contiguous slice
+    ``[δ_t, δ_t + M)``, and those of one window row of offsets one overlapping view
+    (``row``). Anchors that are not pixels (``y ≥ H`` or ``x ≥ W``) hold zero queries and
+    zero gradients and are dropped.
+    """
+
+    def __init__(self, b: int, height: int, width: int, k: int, circular: bool) -> None:
+        self.b, self.height, self.width, self.k, self.circular = b, height, width, k, circular
+        self.r = k // 2
+        self.hp, self.wp = height + 2 * self.r, width + 2 * self.r
+        self.m = b * self.hp * self.wp
+        self.shifts = [dy * self.wp + dx for dy in range(k) for dx in range(k)]  # row-major
+        self.slack = self.shifts[-1]
+
+    def grid(self, flat: torch.Tensor) -> torch.Tensor:
+        """``(…, M + slack)`` or ``(…, M)`` → the padded grid ``(…, B, H + 2r, W + 2r)`` (a view)."""
+        return flat[..., : self.m].view(*flat.shape[:-1], self.b, self.hp, self.wp)
+
+    def pixels(self, flat: torch.Tensor) -> torch.Tensor:
+        """Anchored ``(…, M)`` → the pixels' ``(…, B, H, W)`` (a view)."""
+        return self.grid(flat)[..., : self.height, : self.width]
+
+    def shifted(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """The keys (or values) of every anchor at each offset: ``k²`` views ``(…, M)``."""
+        return [flat[..., s : s + self.m] for s in self.shifts]
+
+    def row(self, flat: torch.Tensor, dy: int) -> torch.Tensor:
+        """The keys (or values) of every anchor at the ``k`` offsets of window row ``dy``:
+        ``(k, n, c, M)``, an overlapping view of ``flat`` ``(n, c, M + slack)`` (read only)."""
+        start = dy * self.wp
+        window = flat[..., start : start + self.m + self.k - 1].unfold(-1, self.m, 1)
+        return window.permute(2, 0, 1, 3)
+
+    def fill(self, out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Pixels ``(…, B, H, W)`` → the padded buffer ``out`` ``(…, M + slack)`` (in place; its
+        zero padding and slack are left as they are: zero)."""
+        r, height, width = self.r, self.height, self.width
+        grid = self.grid(out)
+        grid[..., r : r + height, r : r + width] = x
+        if self.circular and r:  # columns on the centre rows, then whole rows (with corners)
+            grid[..., r : r + height, :r] = grid[..., r : r + height, width : width + r]
+            grid[..., r : r + height, r + width :] = grid[..., r : r + height, r : 2 * r]
+            grid[..., :r, :] = grid[..., height : height + r, :]
+            grid[..., r + height :, :] = grid[..., r : 2 * r, :]
+        return out
+
+    def fold(self, flat: torch.Tensor) -> torch.Tensor:
+        """The adjoint of ``fill`` (in place): a padded gradient ``(…, M + slack)`` folded
+        back onto the pixels ``(…, B, H, W)`` — wrapped borders added where they came from, or
+        dropped (zero padding). The slack receives only zeros (from non-pixel anchors)."""
+        r, height, width = self.r, self.height, self.width
+        grid = self.grid(flat)
+        if self.circular and r:  # the pad's steps in reverse: whole rows, then columns
+            grid[..., height : height + r, :] += grid[..., :r, :]
+            grid[..., r : 2 * r, :] += grid[..., r + height :, :]
+            grid[..., r : r + height, width : width + r] += grid[..., r : r + height, :r]
+            grid[..., r : r + height, r : 2 * r] += grid[..., r : r + height, r + width :]
+        return grid[..., r : r + height, r : r + width]
+
+
+def _part(buffer: torch.Tensor, n: int) -> torch.Tensor:
+    """A ``(k, size, …)`` buffer for a group of ``n ≤ size`` heads: itself, or for a smaller
+    (last) group a new ``(k, n, …)`` tensor (``out=`` takes a whole contiguous tensor: a view
+    into the buffer would not survive ``torch.compile``'s functionalisation)."""
+    if n == buffer.shape[1]:
+        return buffer
+    return buffer.new_empty(buffer.shape[0], n, *buffer.shape[2:])
+
+
+def _head_groups(heads: int, channels: int) -> list[tuple[int, int]]:
+    """Heads processed together: about 32 channels at once (narrow heads in one group, wide
+    heads one by one), so that each elementwise step is long enough to amortise its call."""
+    size = max(1, min(heads, 32 // max(1, channels)))
+    return [(e, min(heads, e + size)) for e in range(0, heads, size)]
+
+
+class _Inputs:
+    """The scaled anchored queries and padded keys and values, channels first (one transposing
+    copy per input), ``(n, c, …)`` per group of heads. Without ``keep`` one group's buffers are
+    reused; with it every head's are kept, for the backward pass to reuse."""
+
+    def __init__(
+        self,
+        windows: _Windows,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        dtype: torch.dtype,
+        size: int,
+        keep: bool,
+    ) -> None:
+        heads, d, d_v = query.shape[1], query.shape[2], value.shape[2]
+        self.windows, self.query, self.key, self.value = windows, query, key, value
+        self.scale = d**-0.5
+        n = heads if keep else size
+        m, padded = windows.m, windows.m + windows.slack
+        self.all_q = query.new_zeros(n, d, m, dtype=dtype)  # 0 at non-pixel anchors
+        self.all_keys = query.new_zeros(n, d, padded, dtype=dtype)
+        self.all_values = query.new_zeros(n, d_v, padded, dtype=dtype)
+        self.keep = keep
+
+    def load(self, e0: int, e1: int) -> None:
+        """Fill the buffers with the inputs of heads ``e0 … e1 − 1``."""
+        at = slice(e0, e1) if self.keep else slice(0, e1 - e0)
+        self.q, self.keys, self.values = self.all_q[at], self.all_keys[at], self.all_values[at]
+        windows = self.windows
+        windows.pixels(self.q).copy_(self.query[:, e0:e1].permute(1, 2, 0, 3, 4))
+        self.q.mul_(self.scale)
+        windows.fill(self.keys, self.key[:, e0:e1].permute(1, 2, 0, 3, 4))
+        windows.fill(self.values, self.value[:, e0:e1].permute(1, 2, 0, 3, 4))
+
+
+def _factorised_forward(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    table: torch.Tensor,
+    k: int,
+    circular: bool,
+    keep: bool = False,
+) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor, _Inputs]:
+    """The factorised kernel, by groups of heads: ``(out, weights, denominators, inputs)``.
+
+    ``query`` / ``key`` / ``value`` ``(B, heads, c, H, W)`` (any strides), ``table``
+    ``(heads, G, k²)`` = ``exp(bias − max)`` in the compute dtype. ``out`` is
+    ``(B, heads, G, d_v, H, W)``, a view of a contiguous ``(heads, d_v, G, B, H, W)`` tensor in
+    the query's dtype; with ``keep`` (for the backward pass) also ``weights`` per group of
+    ``n`` heads (``_head_groups``) ``(k², n, M)`` = ``exp(c − max_δ c)``,
+    ``denominators`` ``(heads, G, M)``, anchored (see ``_Windows``), in the compute
+    dtype, and ``inputs``, every head's channels-first inputs (without ``keep`` these are
+    buffers reused from group to group: the last group's contents).
+    """
+    b, heads, d, height, width = query.shape
+    d_v = value.shape[2]
+    g, window = table.shape[1], table.shape[2]
+    dtype = table.dtype
+    windows = _Windows(b, height, width, k, circular)
+    m = windows.m
+    groups = _head_groups(heads, max(d, d_v))
+    size = groups[0][1]
+    inputs = _Inputs(windows, query, key, value, dtype, size, keep)
+    out = query.new_empty(heads, d_v, g, b, height, width)
+    all_weights = []  # kept per group for the backward pass; otherwise one buffer, reused
+    weights_buffer = None if keep else table.new_empty(window, size, m)
+    all_denominators = table.new_empty(heads if keep else size, g, m)
+    products = table.new_empty(k, size, d, m)  # one window row of offsets at a time
+    stacked = table.new_empty(k, size, d_v, m)
+    numerator = table.new_empty(size, g, d_v * m)
+    for e0, e1 in groups:
+        n = e1 - e0
+        inputs.load(e0, e1)
+        weights = (
+            table.new_empty(window, n, m) if weights_buffer is None else _part(weights_buffer, n)
+        )
+        for first in range(0, window, k):  # content logits q · k_{a+δ}
+            rows = _part(products, n)
+            torch.mul(inputs.q, windows.row(inputs.keys, first // k), out=rows)
+            torch.sum(rows, 2, out=weights[first : first + k])
+        weights.sub_(weights.amax(0, keepdim=True)).exp_()  # 1 at each window's maximum
+        if keep:
+            all_weights.append(weights)
+        tab = table[e0:e1]  # (n, G, k²)
+        at = slice(e0, e1) if keep else slice(0, n)
+        denominators = torch.bmm(tab, weights.transpose(0, 1), out=all_denominators[at])
+        numer = numerator[:n]
+        for first in range(0, window, k):  # numerator: Σ_t T_gt w_t v_{a+δ_t}
+            values = _part(stacked, n)
+            row_weights = weights[first : first + k].unsqueeze(2)
+            torch.mul(windows.row(inputs.values, first // k), row_weights, out=values)
+            part, flat = tab[:, :, first : first + k], values.transpose(0, 1).flatten(2)
+            if first == 0:
+                torch.bmm(part, flat, out=numer)
+            else:
+                numer.baddbmm_(part, flat)
+        pixel_numerators = windows.pixels(numer.view(n, g * d_v, m))
+        torch.div(
+            pixel_numerators.view(n, g, d_v, b, height, width).transpose(1, 2),
+            windows.pixels(denominators).unsqueeze(1),
+            out=out[e0:e1],
+        )
+    return out.permute(3, 0, 2, 1, 4, 5), all_weights, all_denominators, inputs
+
+
+class _FactorisedWindows(torch.autograd.Function):
+    """The factorised kernel with a recomputing backward: saves the channels-first inputs, the
+    table, the output, the content weights ``w`` and the denominators ``D`` (``k² + G`` numbers
+    per pixel and head), and recomputes the weighted values offset by offset in backward. With
+    ``Gbar_g = G_g / D_g``, ``A_t = Σ_g T_gt Gbar_g``, ``s_g = Gbar_g · out_g``:
+    ``dv_{i+δ_t} += w_t A_t``, ``dc_t = w_t A_t · v_t − w_t Σ_g T_gt s_g`` (the per-window maximum
+    cancels), ``dq = Σ_t dc_t k_t / √d``, ``dk_{i+δ_t} += dc_t q_i / √d``,
+    ``dT_gt = Σ_i w_t (Gbar_g · v_t − s_g)`` and ``dbias = T ⊙ dT`` (the per-slice maximum
+    cancels too).
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        bias: torch.Tensor,
+        k: int,
+        circular: bool,
+    ) -> torch.Tensor:
+        table = _window_table(bias, _compute_dtype(query.dtype))
+        out, weights, denominators, inputs = _factorised_forward(
+            query, key, value, table, k, circular, keep=True
+        )
+        ctx.save_for_backward(
+            inputs.all_q, inputs.all_keys, inputs.all_values, table, denominators, out, *weights
+        )
+        ctx.window = (k, circular, tuple(query.shape), value.shape[2])
+        ctx.dtypes = (query.dtype, key.dtype, value.dtype, bias.dtype)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+        all_q, all_keys, all_values, table, all_denominators, out, *all_weights = ctx.saved_tensors
+        k, circular, shape, d_v = ctx.window
+        q_dtype, k_dtype, v_dtype, bias_dtype = ctx.dtypes
+        b, heads, d, height, width = shape
+        g, window = table.shape[1], table.shape[2]
+        windows = _Windows(b, height, width, k, circular)
+        m = windows.m
+        scale = d**-0.5
+        groups = _head_groups(heads, max(d, d_v))
+        size = groups[0][1]
+        grad_q = out.new_empty(heads, d, b, height, width, dtype=q_dtype)
+        grad_k = out.new_empty(heads, d, b, height, width, dtype=k_dtype)
+        grad_v = out.new_empty(heads, d_v, b, height, width, dtype=v_dtype)
+        grad_table = table.new_empty(heads, window, g)  # transposed: chunks of rows
+        stacked = table.new_empty(k, size, d_v, m)  # w_t v_t
+        a_buffer = table.new_empty(size, k, d_v, m)  # A_t
+        scaled_buffer = table.new_zeros(size, g * d_v, m)  # Gbar, 0 at non-pixel anchors
+        s_buffer = table.new_zeros(size, g, m)
+        dots = table.new_empty(size, d_v, g, b, height, width)  # G ⊙ out before the sum
+        a_dot_u = table.new_empty(size, window, m)  # A_t · (w_t v_t)
+        grad_q_buffer = table.new_empty(size, d, m)
+        grad_keys_buffer = table.new_zeros(size, d, m + windows.slack)
+        grad_values_buffer = table.new_zeros(size, d_v, m + windows.slack)
+        # (heads, d_v, G, B, H, W): views in the output's storage order
+        grad_heads = grad_out.permute(1, 3, 2, 0, 4, 5)
+        out_heads = out.permute(1, 3, 2, 0, 4, 5)
+        for (e0, e1), weights in zip(groups, all_weights):
+            n = e1 - e0
+            q, keys, values = all_q[e0:e1], all_keys[e0:e1], all_values[e0:e1]
+            w = weights.unsqueeze(2).unbind(0)  # (n, 1, M) each
+            denominators = all_denominators[e0:e1]  # (n, G, M)
+            tab = table[e0:e1]  # (n, G, k²)
+            scaled_grad = scaled_buffer[:n]
+            grad_e = grad_heads[e0:e1]  # (n, d_v, G, B, H, W)
+            pixel_grad = windows.pixels(scaled_grad).view(n, g, d_v, b, height, width)
+            pixel_grad.copy_(grad_e.transpose(1, 2))
+            scaled_grad.view(n, g, d_v, m).div_(denominators.unsqueeze(2))
+            flat_grad = scaled_grad.view(n, g, d_v * m)
+            s = s_buffer[:n]
+            torch.mul(grad_e, out_heads[e0:e1], out=dots[:n])
+            windows.pixels(s).copy_(dots[:n].sum(1))
+            s.div_(denominators)  # s_g = Gbar_g · out_g
+            grad_values = grad_values_buffer[:n].zero_()
+            grad_value_at = windows.shifted(grad_values)
+            a, products, dot = a_buffer[:n], _part(stacked, n), a_dot_u[:n]
+            for first in range(0, window, k):
+                row_weights = weights[first : first + k].unsqueeze(2)
+                torch.mul(windows.row(values, first // k), row_weights, out=products)
+                flat = products.transpose(0, 1).flatten(2)  # (n, k, d_v·M)
+                part = tab[:, :, first : first + k]  # (n, G, k)
+                grad_table[e0:e1, first : first + k] = torch.bmm(flat, flat_grad.transpose(1, 2))
+                torch.bmm(part.transpose(1, 2), flat_grad, out=a.view(n, k, d_v * m))
+                for j in range(k):
+                    grad_value_at[first + j].addcmul_(a[:, j], w[first + j])
+                dot[:, first : first + k] = a.mul_(products.transpose(0, 1)).sum(2)
+            # dc = w_t (A_t · v_t − Σ_g T_gt s_g): (n, k², M)
+            grad_logits = dot.sub_(weights.transpose(0, 1) * torch.bmm(tab.transpose(1, 2), s))
+            grad_table[e0:e1] -= torch.bmm(weights.transpose(0, 1), s.transpose(1, 2))
+            grad_qa = grad_q_buffer[:n].zero_()
+            grad_keys = grad_keys_buffer[:n].zero_()
+            key_at, grad_key_at = windows.shifted(keys), windows.shifted(grad_keys)
+            for t, coefficient in enumerate(grad_logits.unsqueeze(2).unbind(1)):  # (n, 1, M)
+                grad_qa.addcmul_(key_at[t], coefficient)
+                grad_key_at[t].addcmul_(q, coefficient)
+            grad_q[e0:e1] = windows.pixels(grad_qa.mul_(scale))
+            grad_k[e0:e1] = windows.fold(grad_keys)
+            grad_v[e0:e1] = windows.fold(grad_values)
+        grad_bias = (table * grad_table.transpose(1, 2)).to(bias_dtype)
+        return (
+            grad_q.permute(2, 0, 1, 3, 4),
+            grad_k.permute(2, 0, 1, 3, 4),
+            grad_v.permute(2, 0, 1, 3, 4),
+            grad_bias,
+            None,
+            None,
+        )
+
+
+def _window_table(bias: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``T = exp(bias − max)`` per head and output slice, ``(heads, G, k²)`` in ``dtype``."""
+    bias = bias.to(dtype)
+    return torch.exp(bias - bias.amax(-1, keepdim=True))
+
+
 def attend_shared_query_windows(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -565,8 +881,8 @@ def attend_shared_query_windows(
     Returns
     -------
     torch.Tensor or None
-        ``(B, heads, G, d, H, W)`` (without gradients, a view of a contiguous
-        ``(heads, d, G, B, H, W)`` tensor); ``None`` when the bias spreads by more than the
+        ``(B, heads, G, d_v, H, W)`` (a view of a contiguous ``(heads, d_v, G, B, H, W)``
+        tensor, with or without gradients); ``None`` when the bias spreads by more than the
         dtype's safe range within a window (then the normaliser could underflow and the
         caller should use [`attend`][groupattn.attention.attend]). The check reads the bias's values, so it is
         skipped while ``torch.compile`` traces.
@@ -578,12 +894,20 @@ def attend_shared_query_windows(
 
     Notes
     -----
-    With gradients the window sums are one matrix product over the stacked offsets
-    (fast backward). Without, the content logits and the weighted values ``w_t · v_t``
-    are written offset by offset into preallocated buffers (no per-offset temporaries)
-    and summed by one batched matrix product per head and channel.
+    By groups of heads (about 32 channels at once), channels first over the padded grid
+    flattened to one axis (see ``_Windows``): the keys and values of every pixel at one
+    window offset are one contiguous slice, and those of a window row of ``k`` offsets one
+    overlapping view, so each row of offsets costs a few long vectorised operations — the
+    content logits ``q · k_{i+δ}`` (products summed over channels) and the weighted values
+    ``w_t · v_t``, accumulated into the ``G`` numerators by one matrix product with the
+    table per window row (never all ``k²`` weighted values at once). Half precisions
+    compute in float32. With gradients a custom autograd function saves the channels-first
+    inputs, the table, the output and, per pixel and head, the ``k²`` content weights and
+    ``G`` denominators, and *recomputes* the weighted values in backward (formulas in
+    ``_FactorisedWindows``); double backward is not supported (it raises). Nothing reads
+    tensor values on the host: it compiles with ``torch.compile(fullgraph=True)``.
     """
-    b, heads, d, height, width = query.shape
+    heads, height, width = query.shape[1], query.shape[3], query.shape[4]
     k = neighbourhood
     if (
         key.shape != query.shape
@@ -605,72 +929,9 @@ def attend_shared_query_windows(
     bias = bias.to(query.dtype)
     if not _spread_fits(bias, query.dtype):
         return None
-    r = k // 2
-    d_v = value.shape[2]
-    g = bias.shape[1]
-
-    mode = "circular" if circular else "constant"
-
-    def padded(x: torch.Tensor) -> torch.Tensor:
-        """``(B, heads, c, H, W)`` → ``(heads, c, B, H + 2r, W + 2r)``, wrapped or zero-padded."""
-        flat = x.permute(1, 2, 0, 3, 4).reshape(heads, -1, height, width)
-        return F.pad(flat, (r, r, r, r), mode=mode).view(
-            heads, x.shape[2], b, height + 2 * r, width + 2 * r
+    if torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value, bias)):
+        return _FactorisedWindows.apply(  # type: ignore[no-any-return]
+            query, key, value, bias, k, circular
         )
-
-    offsets = [(dy, dx) for dy in range(k) for dx in range(k)]  # row-major, as the bias
-    grad = torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value, bias))
-    q = query.permute(1, 2, 0, 3, 4) * (d**-0.5)  # (heads, d, B, H, W)
-    keys = padded(key)
-    content = None if grad else q.new_empty(heads, k * k, b, height, width)
-    logits = []
-    for t, (dy, dx) in enumerate(
-        offsets
-    ):  # content logits per offset; d is small: products, not a reduction
-        shifted = keys[..., dy : dy + height, dx : dx + width]
-        if content is None:
-            term = shifted[:, 0] * q[:, 0]
-            for c in range(1, d):
-                term = term + shifted[:, c] * q[:, c]
-            logits.append(term)
-        else:  # inference: write in place, no per-offset temporaries
-            term = (
-                content[:, t].copy_(shifted[:, 0]).mul_(q[:, 0])
-            )  # (no out=: torch.compile rejects strided out)
-            for c in range(1, d):
-                term.addcmul_(shifted[:, c], q[:, c])
-    if content is None:
-        content = torch.stack(logits, dim=1)  # (heads, k², B, H, W)
-        weights = torch.exp(content - content.amax(1, keepdim=True))  # 1 at each window's maximum
-    else:
-        weights = content.sub_(content.amax(1, keepdim=True)).exp_()
-    table = torch.exp(bias - bias.amax(-1, keepdim=True))  # (heads, G, k²)
-    values = padded(value)
-
-    def weighted(t: int) -> torch.Tensor:  # w_t · v_{i+δ_t}: (heads, d_v, B, H, W)
-        dy, dx = offsets[t]
-        return values[..., dy : dy + height, dx : dx + width] * weights[:, None, t]
-
-    denominator = torch.matmul(table, weights.reshape(heads, k * k, -1)).view(
-        heads, 1, g, b, height, width
-    )
-    if grad:
-        # training: one matrix product over the stacked offsets (a fast backward)
-        stacked = torch.stack([weighted(t) for t in range(k * k)], dim=1).reshape(heads, k * k, -1)
-        numerator = (
-            torch.matmul(table, stacked).view(heads, g, d_v, b, height, width).transpose(1, 2)
-        )
-        return (numerator / denominator).permute(3, 0, 2, 1, 4, 5)
-    # inference: write w_t · v_t offset by offset into one (heads, d_v, k², B, H, W) buffer (no
-    # temporaries), then one batched matrix product per (head, channel) with the (G, k²) table
-    stacked = query.new_empty(heads, d_v, k * k, b, height, width)
-    for t, (dy, dx) in enumerate(offsets):
-        slot = stacked[:, :, t]
-        slot.copy_(values[..., dy : dy + height, dx : dx + width]).mul_(weights[:, None, t])
-    numerator = torch.matmul(
-        table[:, None], stacked.view(heads, d_v, k * k, -1)
-    )  # (heads, d_v, G, B·H·W)
-    # a view of (heads, d_v, G, B, H, W) storage: the caller's channel projection needs no copy
-    return (
-        numerator.view(heads, d_v, g, b, height, width).div_(denominator).permute(3, 0, 2, 1, 4, 5)
-    )
+    table = _window_table(bias, _compute_dtype(query.dtype))
+    return _factorised_forward(query, key, value, table, k, circular)[0]
