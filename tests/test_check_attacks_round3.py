@@ -226,7 +226,9 @@ def test_dtype_branch_inside_a_contract_checked_layer_is_not_certified() -> None
         cert = certify(layer, x, group, input_type=field, verify=verify)
         assert cert.verdict == Status.UNVERIFIED
     cert = certify(layer, x, group, input_type=field)
-    assert "own dtype" in str(cert.reason)
+    # since round 5 the swapped child unseals the layer, whose body is then traced (the
+    # rules see the float32 path); before, the probe in the example's own dtype saw it
+    assert "own dtype" in str(cert.reason) or "at qkv" in str(cert.reason)
     # the float32 layer really breaks; the float64 one does not
     errors = {}
     for dtype in (torch.float32, torch.float64):

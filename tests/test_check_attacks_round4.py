@@ -116,7 +116,9 @@ def test_a_small_float32_only_break_inside_a_contract_checked_layer_is_seen() ->
     layer.qkv = _ProjectionWithFastPath(layer.qkv, 2e-4)  # type: ignore[assignment]
     x = torch.randn(2, 4, 4, 6, 6)
     cert = certify(layer.eval(), x, p4(6), input_type=LiftedField(CyclicGroup(4)))
-    assert cert.verdict == Status.UNVERIFIED and "own dtype" in str(cert.reason)
+    # since round 5 the swapped child unseals the layer and its body is traced
+    assert cert.verdict == Status.UNVERIFIED
+    assert "own dtype" in str(cert.reason) or "at qkv" in str(cert.reason)
 
 
 class _MixesLaterSamples(_TokenConvolution):

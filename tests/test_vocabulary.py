@@ -97,6 +97,7 @@ VOCABULARY = {
     "embed_kernel",
     "absolute_position",
     "mix_orientations",
+    "canonicalize_orientation",
     "stem",
     "stem_dilations",
     "lift_skip",

@@ -11,6 +11,7 @@ from torch import nn
 
 from .._deprecation import DeprecatedAttribute, renamed_arguments
 from .._errors import ConfigurationError
+from .._sealed import sealed
 from ..actions import FieldType, GridField, LiftedField, embed_point_element, point_group_of
 from ..contracts import Contract
 from ..contracts._module import check_floating_input
@@ -335,6 +336,7 @@ class _RotoTranslationAttention(nn.Module):
         )
 
 
+@sealed
 class GroupSelfAttention(_RotoTranslationAttention):
     """Group self-attention on lifted fields: ``(B, C_in, |H|, H, W) → (B, C_out, |H|, H, W)``.
 

@@ -8,6 +8,7 @@ import torch
 from einops import rearrange
 
 from .._deprecation import DeprecatedAttribute, renamed_arguments
+from .._sealed import sealed
 from ..groups import PointGroup
 from ._group_attention import _RotoTranslationAttention
 from ._kernel import attend, attend_shared_query_windows, choose_implementation
@@ -15,6 +16,7 @@ from ._kernel import attend, attend_shared_query_windows, choose_implementation
 __all__ = ["LiftingSelfAttention"]
 
 
+@sealed
 class LiftingSelfAttention(_RotoTranslationAttention):
     """Lifting self-attention: ``(B, in_channels, H, W) → (B, dim, |H|, H, W)``.
 

@@ -10,6 +10,7 @@ from torch import nn
 
 from .._deprecation import DeprecatedAttribute, renamed_arguments
 from .._errors import ConfigurationError
+from .._sealed import sealed
 from ..actions import TokenField, check_grid, torus_stride
 from ..canonical import gather_tokens, polyphase_phase, shifted_token_index
 from ..canonical._polyphase import Norm
@@ -22,6 +23,7 @@ from ._kernel import attend
 __all__ = ["WindowAttention"]
 
 
+@sealed
 class WindowAttention(EquivariantModule):
     """Multi-head attention inside non-overlapping ``window_size × window_size`` windows of a token grid.
 

@@ -1,6 +1,7 @@
 """Canonicalizers: pick a group element from the data and apply it (polyphase anchoring, APS, orientation)."""
 
 from ._argmax import ArgmaxCanonicalizer, argmax_with_margin
+from ._orientation import OrientationCanonicalizer, orientation_canonicalize
 from ._patch_grid import (
     CentreAnchor,
     PatchGridAnchor,
@@ -48,6 +49,7 @@ __all__ = [
     "CanonicalizationRecorder",
     "Canonicalized",
     "CentreAnchor",
+    "OrientationCanonicalizer",
     "PatchGridAnchor",
     "PolyphaseAnchor",
     "PolyphaseUnanchor",
@@ -57,6 +59,7 @@ __all__ = [
     "gather_tokens",
     "near_ties_between",
     "num_patch_grid_scores",
+    "orientation_canonicalize",
     "patch_grid_anchor",
     "patch_grid_phase",
     "patch_grid_scores",

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._sealed import sealed
 from ..actions import FieldType, GridField
 from ..contracts import Contract
 from ..groups import FiniteGroup, Group, GroupElement, GroupError
@@ -67,6 +68,7 @@ def argmax_with_margin(
     return index, margin
 
 
+@sealed
 class ArgmaxCanonicalizer(nn.Module):
     """Score every candidate element, pick the best, apply it.
 

@@ -84,6 +84,7 @@ import torch
 from torch import nn
 
 from .._errors import ConfigurationError, ShapeError
+from .._sealed import sealed
 from ..actions import GridField
 from ..contracts import Contract
 from ..groups import (
@@ -447,6 +448,7 @@ def patch_grid_anchor(x: torch.Tensor, patch_size: int) -> Canonicalized:
     return Canonicalized(_gather_roll(x, frame[:, 0], frame[:, 1], None), frame, margin)
 
 
+@sealed
 class PatchGridAnchor(nn.Module):
     """Patch-grid anchoring as a module (see [`patch_grid_anchor`][groupattn.canonical.patch_grid_anchor]).
 
@@ -698,6 +700,7 @@ def centre_anchor(x: torch.Tensor, sigma: float = 6.0, window: int = 8) -> Canon
     return _centre_anchor(x, sigma, window)
 
 
+@sealed
 class CentreAnchor(PatchGridAnchor):
     """Anchor the whole translation: roll the blurred image's centre to the image centre, exactly under p4m.
 

@@ -29,6 +29,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from .._sealed import sealed
 from ..actions import GridField, TokenField
 from ..contracts import Contract
 from ..groups import Group, GroupError, TorusTranslations
@@ -350,6 +351,7 @@ def _not_translations(
     )
 
 
+@sealed
 class PolyphaseAnchor(nn.Module):
     """Polyphase anchoring as a module (see [`polyphase_anchor`][groupattn.canonical.polyphase_anchor]).
 
@@ -426,6 +428,7 @@ class PolyphaseAnchor(nn.Module):
         )
 
 
+@sealed
 class PolyphaseUnanchor(nn.Module):
     """Un-anchoring: roll each sample back by its frame (see [`polyphase_unanchor`][groupattn.canonical.polyphase_unanchor]).
 
@@ -457,6 +460,7 @@ class PolyphaseUnanchor(nn.Module):
         return f"grid={self.grid}" if self.grid else ""
 
 
+@sealed
 class AdaptivePolyphaseDownsample(nn.Module):
     """Adaptive polyphase sampling (APS): keep the largest-norm polyphase component.
 
@@ -543,6 +547,7 @@ class AdaptivePolyphaseDownsample(nn.Module):
         return f"stride={self.stride}, norm={self.norm!r}"
 
 
+@sealed
 class AdaptivePolyphaseUpsample(nn.Module):
     """APS-U: put coarse values back on the phase the paired down-sampler chose.
 

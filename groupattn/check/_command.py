@@ -337,7 +337,10 @@ def _check_memory(
         estimate = estimate_model_memory(build, shape, training=False, dtype=torch.float32)
     except BudgetError:
         raise
-    except Exception:  # the factory's own failure: reported by the run, with its message
+    except (
+        Exception,
+        SystemExit,
+    ):  # the factory's own failure: reported by the run, with its message
         return
     scale = 2 if args.verify else 1
     activations = estimate.activation_bytes or 0
@@ -405,6 +408,10 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("groupattn check: interrupted", file=sys.stderr)
         return 130
+    except SystemExit as err:  # the user's code (a factory, a forward) called sys.exit
+        return _runtime_error(
+            args, plan, RuntimeError(f"the user's code called sys.exit({err.code!r})")
+        )
     except Exception as err:
         return _runtime_error(args, plan, err)
 

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from .._sealed import changed_structure
 from ..canonical import record_canonicalizations
 from ..contracts import registered_contract
 from ..testing._equivariance import _widen
@@ -88,6 +89,7 @@ def _library_leaves() -> dict[type, Any]:
         AdaptivePolyphaseUpsample,
         ArgmaxCanonicalizer,
         CentreAnchor,
+        OrientationCanonicalizer,
         PatchGridAnchor,
         PolyphaseAnchor,
         PolyphaseUnanchor,
@@ -104,6 +106,7 @@ def _library_leaves() -> dict[type, Any]:
         ArgmaxCanonicalizer: always,
         PatchGridAnchor: always,
         CentreAnchor: always,
+        OrientationCanonicalizer: always,
         LiftedPolyphaseDownsample: always,
         WindowAttention: anchored,
         PatchMerging: anchored,
@@ -146,7 +149,9 @@ def is_trusted_leaf(module: nn.Module, user_contracts: bool) -> bool:
         return False  # what runs is not the class's forward: check the body instead
     condition = _library_leaves().get(cls)
     if condition is not None:
-        return bool(condition(module))
+        # the contract describes the layer as built: a swapped child, an overwritten index
+        # table or a changed setting makes it another program, checked by its body
+        return changed_structure(module) is None and bool(condition(module))
     if cls.__module__.startswith("groupattn."):
         return False
     declared = "contract" in cls.__dict__ or registered_contract(cls) is _registry_entry(cls)

@@ -953,10 +953,42 @@ def attach_verification(
         When ``budget_s`` is given and the check would exceed it.
     """
     try:
-        report = verify(model, x, cert.group, elements, certificate=cert, budget_s=budget_s)
+        try:
+            report = verify(model, x, cert.group, elements, certificate=cert, budget_s=budget_s)
+        except VerificationBudgetError:
+            raise
+        except Exception as first:
+            # a model that cannot run in float64 (escnn's float32-only modules): its own dtype
+            from ._checker import _DTYPE_PROBE_TOLERANCE
+
+            if x.dtype not in _DTYPE_PROBE_TOLERANCE:
+                raise
+            report = verify(
+                model,
+                x,
+                cert.group,
+                elements,
+                certificate=cert,
+                budget_s=budget_s,
+                dtype=x.dtype,
+                tolerance=_DTYPE_PROBE_TOLERANCE[x.dtype],
+            )
+            cert.notes.append(
+                f"the numerical check ran in {x.dtype}: the model cannot run in float64 "
+                f"({type(first).__name__})"
+            )
     except VerificationBudgetError:
         raise
     except Exception as err:  # a model that fails in float64 must not turn a verdict into a crash
+        if cert.certified:  # soundness first: a certificate the check cannot confirm is withdrawn
+            was = cert.verdict.value
+            cert.verdict = Status.UNVERIFIED
+            cert.reason = (
+                f"the numerical check asked for (verify=True) could not run ({type(err).__name__}: {err}), "
+                f"so the certificate ({was}) is not confirmed"
+            )
+            cert.output_type = None
+            return cert
         cert.notes.append(f"the numerical check could not run: {type(err).__name__}: {err}")
         return cert
     cert.verification = report

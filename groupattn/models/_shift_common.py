@@ -9,22 +9,68 @@ import torch
 from torch import nn
 
 from .._errors import ConfigurationError
-from ..contracts import Contract
+from ..contracts import Contract, Status
 from ..groups import Group
 from ..nn import chain_contract
 from ._inputs import install_input_check
 
-__all__ = ["ShiftTransformer"]
+__all__ = ["AnchorOutput", "ShiftTransformer"]
 
-Anchoring = Literal["input", "layers"]
+Anchoring = Literal["input", "layers", "centre"]
+
+#: The centre anchor of the shift models: the blurred image's maximum (its innermost ring,
+#: ``window = 2``) rolled to the image centre; a narrower blur than the p4 models' (they
+#: also need the scores to settle the turns), for speed.
+CENTRE_SIGMA = 3.0
+CENTRE_WINDOW = 2
 
 
-def check_anchoring(module: str, anchoring: str) -> None:
+def check_anchoring(
+    module: str, anchoring: str, choices: tuple[str, ...] = ("input", "layers", "centre")
+) -> None:
     """Raise a clear error for an unknown ``anchoring`` option."""
-    if anchoring not in ("input", "layers"):
+    if not isinstance(anchoring, str) or anchoring not in choices:
         raise ConfigurationError(
-            f"{module}: expected anchoring 'input' or 'layers', got {anchoring!r}"
+            f"{module}: expected anchoring {' or '.join(repr(c) for c in choices)}, got {anchoring!r}"
         )
+
+
+def _trivial(group: Group) -> bool:
+    """Whether ``group`` has one element (e.g. ``TorusTranslations(1, 1, stride=S)``)."""
+    order = getattr(group, "order", None)
+    try:
+        return callable(order) and order() == 1
+    except Exception:
+        return False
+
+
+class AnchorOutput(nn.Module):
+    """The output image of a canonicalizer (``canonicalizer(x).output``), as a model's first child.
+
+    Contract: the canonicalizer's. Shapes: ``(B, C, H, W) → (B, C, H, W)``.
+    """
+
+    def __init__(self, canonicalizer: nn.Module) -> None:
+        super().__init__()
+        self.canonicalizer = canonicalizer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.canonicalizer(x).output  # type: ignore[no-any-return, operator]
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """The canonicalizer's contract."""
+        return self.canonicalizer.contract(group, input_type)  # type: ignore[no-any-return, operator]
+
+
+def centre_anchor(module: str, size: tuple[int, int]) -> AnchorOutput:
+    """The ``anchoring="centre"`` anchor of a shift model on an ``S × S`` image (``S`` even)."""
+    from ..canonical import CentreAnchor
+
+    if size[0] != size[1] or size[0] % 2 or size[0] < CENTRE_WINDOW:
+        raise ConfigurationError(
+            f"{module}: expected a square image with an even side for anchoring='centre', got {size[0]}x{size[1]}"
+        )
+    return AnchorOutput(CentreAnchor(size[0], sigma=CENTRE_SIGMA, window=CENTRE_WINDOW))
 
 
 def anchor_period(periods: list[int]) -> int:
@@ -95,5 +141,15 @@ class ShiftTransformer(nn.Module):
         return x
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
-        """The composed contract of the children (see the class docstring)."""
-        return chain_contract(list(self.named_children()), group, input_type)
+        """The composed contract of the children (see the class docstring).
+
+        Behind an anchor that leaves only the trivial group (``anchoring="centre"`` under
+        the torus's translations) the body needs no equivariance: the model is invariant.
+        """
+        children = list(self.named_children())
+        if children and isinstance(children[0][1], AnchorOutput):
+            first = children[0][1].contract(group, input_type)
+            left = first.output_group
+            if first.kind == Status.CANONICALIZING and left is not None and _trivial(left):
+                return Contract.invariant(first.input_type)
+        return chain_contract(children, group, input_type)

@@ -15,6 +15,7 @@ from ._shift_common import (
     Anchoring,
     ShiftTransformer,
     as_pair,
+    centre_anchor,
     check_anchoring,
     input_anchor_stride,
     per_stage,
@@ -73,8 +74,12 @@ class ShiftSwin(ShiftTransformer):
         Norm of every polyphase anchoring (default ``"l4"``: the L2 and L1 polyphase
         norms of smoothly upsampled images such as the bundled digits tie exactly).
     anchoring
-        ``"input"`` (one anchoring, in the patch embedding) or ``"layers"`` (every
-        strided layer anchors its own input); equivariant model only.
+        ``"input"`` (one anchoring, in the patch embedding), ``"layers"`` (every
+        strided layer anchors its own input) or ``"centre"``: a
+        [`CentreAnchor`][groupattn.canonical.CentreAnchor] (``sigma = 3``, ``window = 2``)
+        anchors the *whole* translation first and the body is the baseline's (zero
+        padding: tokens know where they sit; square images with an even side);
+        equivariant model only.
     anchor_sigma
         Blur (pixels) of the input anchoring's score (``anchoring="input"``; ``0``: the
         polyphase norms of the image itself).
@@ -112,11 +117,15 @@ class ShiftSwin(ShiftTransformer):
         super().__init__()
         check_anchoring("ShiftSwin", anchoring)
         self.equivariant, self.anchoring = equivariant, anchoring
+        size = as_pair("ShiftSwin", image_size)
+        if equivariant and anchoring == "centre":  # first child: the whole translation anchored
+            self.anchor = centre_anchor("ShiftSwin", size)
+        # with the whole translation anchored, the body is the baseline's
+        equivariant = equivariant and anchoring != "centre"
         stages = len(depths)
         dims_ = per_stage("ShiftSwin", "dims", dims, stages)
         heads_ = per_stage("ShiftSwin", "num_heads", num_heads, stages)
         windows = per_stage("ShiftSwin", "window_size", window_size, stages)
-        size = as_pair("ShiftSwin", image_size)
         per_layer = (
             equivariant and anchoring == "layers"
         )  # each strided layer anchors its own input

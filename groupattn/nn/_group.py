@@ -9,6 +9,7 @@ from torch import nn
 
 from .._deprecation import DeprecatedAttribute, renamed_arguments
 from .._errors import ConfigurationError, ShapeError
+from .._sealed import sealed
 from ..actions import (
     FieldType,
     GridField,
@@ -422,6 +423,7 @@ class LiftedAvgPool(EquivariantModule):
         return _pointwise_contract("LiftedAvgPool", self.point_group, group, t, t)
 
 
+@sealed
 class LiftedPolyphaseDownsample(EquivariantModule):
     """Anchored stride-``s`` subsampling of lifted fields: ``(B, C, |H|, H, W) → (B, C, |H|, H/s, W/s)``.
 

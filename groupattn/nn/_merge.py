@@ -9,6 +9,7 @@ from einops import rearrange
 from torch import nn
 
 from .._errors import ConfigurationError
+from .._sealed import sealed
 from ..actions import TokenField, check_grid, torus_stride
 from ..canonical import gather_tokens, polyphase_phase, shifted_token_index
 from ..canonical._polyphase import Norm
@@ -18,6 +19,7 @@ from ..groups import Group, TorusTranslations
 __all__ = ["PatchMerging"]
 
 
+@sealed
 class PatchMerging(EquivariantModule):
     """Concatenate each ``2 × 2`` block of tokens, normalise and project (Swin's patch merging).
 
