@@ -33,9 +33,12 @@ bit: ``cos(π/4)`` and ``sin(π/4)`` differ in the last bit):
   distance that a mirror image keeps; the four weighted neighbours are added diagonal
   pairs first.
 
-The only exception is a sample position within rounding of a pixel-centre line (then a
-neighbour of weight ~1e-16 can be dropped: a difference of about one unit in the last
-place, far below every tolerance). Rotations by other angles are canonicalized up to the
+Where a sample position lies within rounding of a pixel-centre line, ``floor`` may choose
+the neighbours on either side of it for the turned image; a bilinear weight below 1e-9
+(float64; 1e-4 in a float32 score dtype) is therefore taken as exactly 0, so that both
+choices keep the same non-zero terms (a found attack: an angle of ~1e-16 rad made a zero
+pixel ~1e-17 in one orientation and 0 in the other, and a body thresholding at 0 turned
+that into a 9 % change). Rotations by other angles are canonicalized up to the
 interpolation (the canonical images of an image and of its 30° turn agree to the blur of
 two bilinear resamplings, not exactly).
 
@@ -112,6 +115,12 @@ def _fourth_moment(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
     return real, imaginary, mass
 
 
+#: Bilinear weights below this are taken as 0 (see ``_rotate``): far above the rounding of
+#: a sample position (~1e-14 in float64 on images of a few hundred pixels), far below any
+#: weight that matters.
+_SNAP = {torch.float64: 1e-9, torch.float32: 1e-4}
+
+
 def _rotate(x: torch.Tensor, angle: torch.Tensor) -> torch.Tensor:
     """``out(q) = x(R_θ q)`` (bilinear, zero outside): each image turned by ``−θ``.
 
@@ -128,11 +137,18 @@ def _rotate(x: torch.Tensor, angle: torch.Tensor) -> torch.Tensor:
     top = torch.floor(uy + offset)
     flat = x.reshape(b, channels, side * side)
 
+    # a weight within rounding of 0 is 0: where a sample position lies within rounding of a
+    # pixel-centre line, ``floor`` may pick the neighbours on either side of it for a
+    # turned image; with the tiny weight snapped, both choices keep the same non-zero terms
+    snap = _SNAP[x.dtype] if x.dtype in _SNAP else 1e-4
+
+    def axis_weight(u: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        weight = (1 - (u - (index - offset)).abs()).clamp_min(0)
+        return torch.where(weight < snap, torch.zeros_like(weight), weight)
+
     def corner(col: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
         """Weighted value of one neighbour: ``(B, C, S, S)``."""
-        weight = (1 - (ux - (col - offset)).abs()).clamp_min(0) * (
-            1 - (uy - (row - offset)).abs()
-        ).clamp_min(0)
+        weight = axis_weight(ux, col) * axis_weight(uy, row)
         inside = (col >= 0) & (col < side) & (row >= 0) & (row < side)
         index = (row.clamp(0, side - 1) * side + col.clamp(0, side - 1)).long()
         values = flat.gather(2, index.reshape(b, 1, -1).expand(b, channels, -1))
@@ -176,6 +192,9 @@ def orientation_canonicalize(x: torch.Tensor) -> Canonicalized:
         wide = to_score_dtype(x.detach())
         real, imaginary, mass = _fourth_moment(wide)
         angle = torch.atan2(imaginary, real) / 4
+        # a non-finite image has no orientation: leave it where it is (its values, NaN or
+        # infinite, pass through; the strength is NaN and reported as non-finite)
+        angle = torch.where(angle.isfinite(), angle, torch.zeros_like(angle))
         strength = torch.hypot(real, imaginary) / mass.clamp_min(torch.finfo(mass.dtype).tiny)
         strength = torch.where(mass > 0, strength, torch.zeros_like(strength))
         rotated = _rotate(to_score_dtype(x), angle)

@@ -1164,6 +1164,16 @@ def _user_module(module: Any) -> bool:
     )
 
 
+def _users_function(fn: types.FunctionType) -> bool:
+    """Whether ``fn`` is defined in the user's own code (``__main__`` or a user module)."""
+    name = getattr(fn, "__module__", None) or ""
+    if name == "__main__":
+        return True
+    if name.split(".")[0] == "groupattn":  # the library itself (also when installed editable)
+        return False
+    return _user_module(sys.modules.get(name))
+
+
 def _snapshot(value: Any, depth: int = 0) -> Any:
     """A comparable summary of the Python data a model could keep between calls: plain
     values, containers, tensors and arrays, the attributes of plain objects (a
@@ -1213,6 +1223,29 @@ def _snapshot(value: Any, depth: int = 0) -> Any:
             None if frame is None else frame.f_lasti,
             None if frame is None else _snapshot(dict(frame.f_locals), depth + 1),
         )
+    if isinstance(value, functools.partial):  # the data bound into it
+        return (
+            "partial",
+            _snapshot(value.func, depth + 1),
+            _snapshot(value.args, depth + 1),
+            _snapshot(value.keywords, depth + 1),
+        )
+    if isinstance(value, types.FunctionType) and _users_function(value):
+        # closures, defaults and attributes a function of the user's keeps (installed
+        # libraries' functions keep caches: groupattn's own tables, reordered on a hit)
+        cells = []
+        for cell in value.__closure__ or ():
+            try:
+                cells.append(_snapshot(cell.cell_contents, depth + 1))
+            except ValueError:  # an empty cell
+                cells.append(None)
+        return (
+            "function",
+            tuple(cells),
+            _snapshot(value.__defaults__, depth + 1),
+            _snapshot(value.__kwdefaults__, depth + 1),
+            _snapshot(dict(vars(value)), depth + 1),
+        )
     if isinstance(value, (nn.Module, type, types.ModuleType, *_FUNCTIONS)):
         return None
     attributes = getattr(value, "__dict__", None)
@@ -1223,8 +1256,18 @@ def _snapshot(value: Any, depth: int = 0) -> Any:
         if isinstance(name, str) and not name.startswith("__")
     ]
     if not isinstance(attributes, dict) and not slots:
-        # an object of a C type that keeps its data inside (itertools.count, an iterator):
-        # its printed form is what can be compared
+        # an object of a C type that keeps its data inside (itertools.count, a range
+        # iterator): its pickled state, else its printed form, is what can be compared
+        try:
+            reduced = value.__reduce_ex__(2)
+            if isinstance(reduced, tuple):  # (constructor, arguments, state, ...)
+                return (
+                    "object",
+                    type(value).__qualname__,
+                    tuple(_snapshot(part, depth) for part in reduced[1:3]),
+                )
+        except Exception:
+            pass
         try:
             return ("object", type(value).__qualname__, repr(value)[:400])
         except Exception:
@@ -1283,7 +1326,7 @@ def _python_state(model: nn.Module) -> list[tuple[tuple[str, str], Any]]:
             if summary is not None:
                 state.append(((where, key), summary))
         for cls in type(m).__mro__:
-            if cls.__module__.startswith(("torch", "builtins")):
+            if cls.__module__.startswith("builtins"):
                 continue
             classes.setdefault(cls)
         for hooks in (m._forward_pre_hooks, m._forward_hooks):
@@ -1293,6 +1336,8 @@ def _python_state(model: nn.Module) -> list[tuple[tuple[str, str], Any]]:
     modules: dict[str, None] = {}
     for cls in classes:
         state.extend(((cls.__qualname__, k), v) for k, v in _data_items(dict(vars(cls))))
+        if cls.__module__.startswith("torch"):
+            continue  # torch's classes: their own attributes only, not torch's modules
         modules.setdefault(cls.__module__)
         for name, value in vars(cls).items():  # mutable default arguments of its methods
             functions.append((f"{cls.__qualname__}.{name}", value))
@@ -1300,6 +1345,16 @@ def _python_state(model: nn.Module) -> list[tuple[tuple[str, str], Any]]:
         module = _function_state(where, fn, state)
         if module is not None:
             modules.setdefault(module)
+    # modules made in memory and put in sys.modules (no file: reached without an import)
+    for name, made in list(sys.modules.items()):
+        if (
+            isinstance(made, types.ModuleType)
+            and getattr(made, "__file__", None) is None
+            and getattr(made, "__spec__", None) is None
+            and name.split(".")[0] not in sys.stdlib_module_names
+            and not name.startswith(("_", "torch", "numpy"))
+        ):
+            modules.setdefault(name)
     pending = list(modules)
     while pending:
         name = pending.pop()
