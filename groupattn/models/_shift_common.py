@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from .._errors import ConfigurationError
-from ..contracts import Contract, Status
+from ..contracts import Contract
 from ..groups import Group
 from ..nn import chain_contract
 from ._inputs import install_input_check
@@ -33,15 +33,6 @@ def check_anchoring(
         raise ConfigurationError(
             f"{module}: expected anchoring {' or '.join(repr(c) for c in choices)}, got {anchoring!r}"
         )
-
-
-def _trivial(group: Group) -> bool:
-    """Whether ``group`` has one element (e.g. ``TorusTranslations(1, 1, stride=S)``)."""
-    order = getattr(group, "order", None)
-    try:
-        return callable(order) and order() == 1
-    except Exception:
-        return False
 
 
 class AnchorOutput(nn.Module):
@@ -141,15 +132,5 @@ class ShiftTransformer(nn.Module):
         return x
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
-        """The composed contract of the children (see the class docstring).
-
-        Behind an anchor that leaves only the trivial group (``anchoring="centre"`` under
-        the torus's translations) the body needs no equivariance: the model is invariant.
-        """
-        children = list(self.named_children())
-        if children and isinstance(children[0][1], AnchorOutput):
-            first = children[0][1].contract(group, input_type)
-            left = first.output_group
-            if first.kind == Status.CANONICALIZING and left is not None and _trivial(left):
-                return Contract.invariant(first.input_type)
-        return chain_contract(children, group, input_type)
+        """The composed contract of the children (see the class docstring)."""
+        return chain_contract(list(self.named_children()), group, input_type)

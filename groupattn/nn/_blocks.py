@@ -36,8 +36,9 @@ def chain_contract(
 
     Walks the parts in order, passing each the group acting on its input (a part's
     ``output_group`` becomes the next part's group). Returns *breaks* naming the first
-    offending part (``"name: reason"``), *invariant* as soon as a part is invariant,
-    *canonicalizing* if a canonicalizing part is not followed by an invariant one, and
+    offending part (``"name: reason"``), *invariant* as soon as a part is invariant or a
+    canonicalizing part leaves only the trivial group, *canonicalizing* if a canonicalizing
+    part is not followed by an invariant one, and
     *equivariant* otherwise. Token-wise torch modules (``LayerNorm``, ``Linear``,
     activations, ``Identity``, ``Dropout``) count as equivariant.
 
@@ -53,6 +54,10 @@ def chain_contract(
     current, kind = group, Status.EQUIVARIANT
     first_type, out_type = input_type, input_type
     for name, module in _flatten(parts):
+        if kind == Status.CANONICALIZING and _has_one_element(current):
+            # a canonicalizer left only the identity (e.g. a CentreAnchor under all the
+            # torus's translations): whatever follows, the output no longer moves
+            return Contract.invariant(first_type)
         if isinstance(module, _POINTWISE) and not hasattr(module, "contract"):
             continue
         if not hasattr(module, "contract"):
@@ -74,6 +79,15 @@ def chain_contract(
         current = contract.output_group or current
     output_group = None if current == group else current
     return Contract(kind, first_type, out_type, None, output_group)
+
+
+def _has_one_element(group: Group) -> bool:
+    """Whether ``group`` is the trivial group (``order() == 1``; ``False`` if it cannot say)."""
+    order = getattr(group, "order", None)
+    try:
+        return callable(order) and order() == 1
+    except Exception:  # an infinite group, or one that cannot count its elements
+        return False
 
 
 def _trivial_channels(field: FieldType | None) -> bool:
