@@ -6,7 +6,6 @@ import collections
 import copy
 import functools
 import hashlib
-import inspect
 import math
 import random
 import sys
@@ -792,14 +791,14 @@ def _check_runtime_behaviour(model: nn.Module, example: torch.Tensor, result: Ce
             "or keeps state between calls",
         )
         return
-    reason = _output_without_batch(a, example)
-    if reason is not None:
-        _unverified(result, reason)
-        return
-    reason = _gradient_mode_differs(model, example, a)
-    if reason is not None:
-        _unverified(result, reason)
-        return
+    for check in (
+        lambda: _output_without_batch(a, example),
+        lambda: _gradient_mode_differs(model, example, a),
+    ):
+        reason = check()
+        if reason is not None:
+            _unverified(result, reason)
+            return
     if example.is_floating_point() and example.numel():
         generator = torch.Generator().manual_seed(0)
         probes = [("the example scaled and shifted", 3.0 * example + 1.0)]
@@ -1216,13 +1215,6 @@ def _snapshot(value: Any, depth: int = 0) -> Any:
             return ("cache", stats.misses, stats.currsize)
         except Exception:
             return ("cache", "?")
-    if inspect.isgenerator(value):  # a generator advanced in forward
-        frame = value.gi_frame
-        return (
-            "generator",
-            None if frame is None else frame.f_lasti,
-            None if frame is None else _snapshot(dict(frame.f_locals), depth + 1),
-        )
     if isinstance(value, functools.partial):  # the data bound into it
         return (
             "partial",
