@@ -311,3 +311,18 @@ def test_models_with_orientation_are_certified() -> None:
     assert certify(model, x, "d4").verdict == Status.INVARIANT
     model = create("p4_vit", canonicalize_orientation=True, **SMALL)
     assert certify(model, x, "p4").verdict == Status.INVARIANT
+
+
+def test_p4_vit_with_orientation_is_invariant_under_every_element_of_p4_on_16x16() -> None:
+    """All 1,024 elements of p4 on a 16x16 torus (float64)."""
+    torch.manual_seed(0)
+    model = create("p4_vit", image_size=16, canonicalize_orientation=True, **SMALL).double().eval()
+    x = torch.nn.functional.interpolate(_digit(4), size=(16, 16), mode="bilinear")
+    group = p4(16)
+    assert _max_relative_error(model, x, _moved(x, group, list(group.elements()))) <= 1e-10
+
+
+def test_orientation_needs_the_centre_anchor() -> None:
+    with pytest.raises(ConfigurationError, match="P4ViT: expected anchoring='centre'"):
+        create("p4_vit", anchoring="patch", canonicalize_orientation=True)
+    assert create("p4_vit", anchoring="patch").orientation is None  # the preset does not ask

@@ -123,3 +123,38 @@ def test_unknown_anchoring_names_the_model() -> None:
         ConfigurationError, match="ShiftViT: expected anchoring 'input' or 'centre'"
     ):
         ShiftViT(anchoring="layers")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["swin", "twins"])
+def test_invariant_under_every_shift_of_the_preset(name: str) -> None:
+    """All 1,024 circular shifts of the 32x32 torus (float64)."""
+    torch.manual_seed(0)
+    model = create(name, anchoring="centre").double().eval()
+    shifts = [(a, b) for a in range(SIZE) for b in range(SIZE)]
+    assert _max_relative_error(model, _digit()[:1], shifts) <= 1e-10
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_exact_in_half_precision(dtype: torch.dtype) -> None:
+    """The anchor decides in float64 on exactly moved values: the body sees the same image,
+    so the half-precision logits of shifted copies are equal bit for bit."""
+    torch.manual_seed(0)
+    model = create("vit").to(dtype).eval()
+    x = _digit(dtype)
+    gen = torch.Generator().manual_seed(2)
+    shifts = [tuple(int(v) for v in s) for s in torch.randint(0, SIZE, (16, 2), generator=gen)]
+    with torch.no_grad():
+        reference = model(x)
+        for s in shifts:
+            assert torch.equal(model(torch.roll(x, s, (-2, -1))), reference), s
+
+
+def test_the_registry_preset_sizes_the_clipped_bias_before_building_it() -> None:
+    from groupattn.models._vit import CENTRE_MAX_TOKENS
+
+    assert create("vit").anchoring == "centre"
+    assert (256 // 4) ** 2 == CENTRE_MAX_TOKENS
+    assert create("vit", image_size=256, dim=8, depth=1).anchoring == "centre"
+    assert create("vit", image_size=260, dim=8, depth=1).anchoring == "input"  # 65 x 65 tokens
+    assert create("vit", image_size=30, patch_size=3).anchoring == "centre"  # 100 tokens
+    assert create("vit", image_size=31, patch_size=1, dim=8, depth=1).anchoring == "input"  # odd

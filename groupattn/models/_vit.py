@@ -76,7 +76,9 @@ class ShiftViT(ShiftTransformer):
         zero padding and clipped bias, which tell each token where it sits (MNIST, 3 seeds:
         87.3 % with the clipped bias, 85.2 % with the circulant one; the clipped bias
         builds an ``N × N`` index of the ``N`` tokens, seconds and gigabytes for a 512 × 512
-        image). Square images with an even side. Equivariant model only. A full tie of the anchor
+        image). Square images with an even side. Equivariant model only. The registry ``vit``
+        uses ``"centre"`` for grids of up to ``CENTRE_MAX_TOKENS`` (64 × 64) tokens and
+        ``"input"`` above. A full tie of the anchor
         (an image equal to its own half turn, a constant image) takes the lowest phase and
         is reported (see [`record_canonicalizations`][groupattn.canonical.record_canonicalizations]);
         the plain body is not invariant to the turn that relates the tied phases, so for
@@ -168,6 +170,11 @@ class ShiftViT(ShiftTransformer):
         self.head = nn.Linear(dim, num_classes)
 
 
+#: Largest token grid (``N`` tokens) for which the registry ``vit`` anchors the whole
+#: translation: its clipped bias's ``N × N`` index is then at most 134 MB.
+CENTRE_MAX_TOKENS = 64 * 64
+
+
 @register_model(
     "vit",
     group="translations",
@@ -179,7 +186,11 @@ def _vit(equivariant: bool = True, **kwargs: Any) -> ShiftViT:
     # the registry preset anchors the whole translation (square images with an even side):
     # its body keeps the baseline's positions and learns as well as the baseline
     # (docs/results.md); anchoring="input" is the literature's model
+    # (up to CENTRE_MAX_TOKENS tokens: its clipped bias builds an N x N index, sized here
+    # before it is paid; larger grids keep the input anchoring and its circulant bias)
     size = kwargs.get("image_size", 32)
+    patch = kwargs.get("patch_size", kwargs.get("patch", 4))
     square_even = isinstance(size, int) and size % 2 == 0
-    kwargs.setdefault("anchoring", "centre" if square_even else "input")
+    tokens = (size // patch) ** 2 if square_even and isinstance(patch, int) and patch > 0 else 0
+    kwargs.setdefault("anchoring", "centre" if 0 < tokens <= CENTRE_MAX_TOKENS else "input")
     return ShiftViT(equivariant=equivariant, **kwargs)
