@@ -30,7 +30,7 @@ from groupattn.canonical import (
     patch_rings,
     record_canonicalizations,
 )
-from groupattn.canonical._patch_grid import _centre_scores, _symmetric_blur
+from groupattn.canonical._patch_grid import _blur_matrices, _centre_scores, _integer_blur
 from groupattn.check import certify
 from groupattn.contracts import Status
 from groupattn.groups import CyclicGroup, DihedralGroup, GroupError, TorusTranslations, p4, p4m
@@ -56,23 +56,74 @@ def _related_by_a_turn(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_blur_moves_with_every_element_of_p4m_bit_for_bit(dtype: torch.dtype) -> None:
-    """A 6x6 torus (r = 4 for sigma 1.2: the blur wraps), every one of the 288 elements."""
+    """A 6x6 torus (r = 4 for sigma 1.2: the blur wraps), every one of the 288 elements;
+    float32 is the score dtype on devices without float64 (fewer quantization levels)."""
     x = torch.rand(2, 2, 6, 6, dtype=dtype)
     group = p4m(6)
-    blurred = _symmetric_blur(x, 1.2)
+    blurred = _integer_blur(x, 1.2)
     assert blurred.dtype == dtype
     for g in group.elements():
         moved = GridField().act(group, g, x)
-        assert torch.equal(_symmetric_blur(moved, 1.2), GridField().act(group, g, blurred)), g
+        assert torch.equal(_integer_blur(moved, 1.2), GridField().act(group, g, blurred)), g
 
 
 def test_blur_is_exact_on_32x32_for_sampled_elements() -> None:
     x = _digit(3)
     group = p4m(SIZE)
-    blurred = _symmetric_blur(x, 6.0)
-    for g in group.sample(24, seed=0):
-        moved = GridField().act(group, g, x)
-        assert torch.equal(_symmetric_blur(moved, 6.0), GridField().act(group, g, blurred)), g
+    for sigma, offset, box in ((6.0, 0, 1), (3.0, 15, 2), (40.0, 3, 2), (0.3, 0, 1)):
+        blurred = _integer_blur(x, sigma, offset, box)
+        if offset == 0 and box == 1:
+            for g in group.sample(24, seed=0):
+                moved = GridField().act(group, g, x)
+                assert torch.equal(_integer_blur(moved, sigma), GridField().act(group, g, blurred))
+        # the reference: the plain blur K q K of the same quantized image, rolled, block-summed
+        kernel, _, _ = _blur_matrices(SIZE, sigma, 0, 1, 53)
+        levels = _blur_matrices(SIZE, sigma, offset, box, 53)[2]
+        q = torch.round(x / x.abs().amax() * levels)
+        rolled = torch.roll(kernel @ q @ kernel, (-offset, -offset), (-2, -1))
+        block = sum(torch.roll(rolled, (-u, -v), (-2, -1)) for u in range(box) for v in range(box))
+        assert torch.equal(blurred, block), (sigma, offset, box)
+
+
+@pytest.mark.parametrize("sigma", [0.2, 1.0, 3.0, 6.0, 40.0, 1e4])
+def test_blur_is_exact_integer_arithmetic_and_close_to_the_gaussian(sigma: float) -> None:
+    """Every value is an integer below 2**52 (so every sum was exact), even for the worst
+    input (all pixels at the largest magnitude) and a blur that wraps the torus many
+    times; and the result is the circular Gaussian of the image up to the quantization."""
+    size = 16
+    worst = torch.full((1, 1, size, size), -3.0, dtype=torch.float64)
+    for box in (1, 2):
+        out = _integer_blur(worst, sigma, 0, box)
+        assert torch.equal(out, out.round()) and float(out.abs().max()) < 2.0**52
+    x = torch.rand(2, 3, size, size, dtype=torch.float64)
+    out = _integer_blur(x, sigma)
+    assert torch.equal(out, out.round()) and float(out.abs().max()) < 2.0**52
+    # the float reference: a folded Gaussian row, applied along both axes
+    r = max(1, int(torch.tensor(3 * sigma).ceil()))
+    d = torch.arange(-r, r + 1, dtype=torch.float64)
+    row = torch.zeros(size, dtype=torch.float64).index_add_(
+        0, d.long() % size, torch.exp(-d * d / (2 * sigma * sigma))
+    )
+    index = (torch.arange(size)[:, None] - torch.arange(size)) % size
+    kernel = row[index] / row.sum()
+    expected = kernel @ x @ kernel
+    got = out / out.sum(dim=(2, 3), keepdim=True) * x.sum(dim=(2, 3), keepdim=True)
+    assert float((got - expected).abs().max() / expected.abs().max()) < 2e-3
+
+
+def test_blur_matrices_are_cached_and_samples_are_independent() -> None:
+    x = torch.rand(3, 1, 8, 8, dtype=torch.float64)
+    ref = _integer_blur(x, 1.5)
+    info = _blur_matrices.cache_info()
+    _integer_blur(x, 1.5)
+    assert _blur_matrices.cache_info().hits == info.hits + 1
+    # a non-finite sample and a zero sample leave the others alone
+    bad = x.clone()
+    bad[0, 0, 2, 2] = float("nan")
+    bad[1] = 0.0
+    out = _integer_blur(bad, 1.5)
+    assert out[0].isnan().all() and torch.equal(out[1], torch.zeros_like(out[1]))
+    assert torch.equal(out[2], ref[2])
 
 
 def test_scores_are_permuted_exactly() -> None:
@@ -94,7 +145,7 @@ def test_column_a_s_plus_b_scores_phase_a_b() -> None:
     """The reference: roll the blurred image by the phase, cut the central block, sum its rings."""
     size, window, sigma = 12, 6, 1.5
     x = torch.rand(1, 2, size, size, dtype=torch.float64)
-    blurred = _symmetric_blur(x, sigma)
+    blurred = _integer_blur(x, sigma)
     scores = _centre_scores(x, sigma, window)
     o = (size - window) // 2
     for a, b in ((0, 0), (3, 7), (11, 1), (6, 6)):

@@ -3746,6 +3746,97 @@ for _name, _emit in [
     )
 
 
+# ``a & b``, ``a | b``, ``a ^ b``, ``a << n``, ``a >> n`` keep their operator names in the
+# exported graph (not tagged pointwise by PyTorch): elementwise on masks / integers made from
+# the input; fed arg-max positions along a moved axis they must stay unverified.
+
+
+def _bitwise_draw(D: Draw, ctx: Ctx) -> dict[str, Any]:
+    return {
+        "variant": choice(D, ["plain", "positions"], "variant"),
+        "other": choice(D, ["tensor", "scalar"], "other"),
+    }
+
+
+def _bitwise_build(name: str) -> Callable[[dict[str, Any], Ctx], nn.Module]:
+    ops: dict[str, Callable[[Any, Any], torch.Tensor]] = {
+        "__and__": lambda a, b: a & b,
+        "__or__": lambda a, b: a | b,
+        "__xor__": lambda a, b: a ^ b,
+        "__lshift__": lambda a, b: a << b,
+        "__rshift__": lambda a, b: a >> b,
+    }
+    op = ops[name]
+
+    def build(cfg: dict[str, Any], ctx: Ctx) -> nn.Module:
+        scalar = cfg["other"] == "scalar"
+
+        def forward(m: Net, x: torch.Tensor) -> torch.Tensor:
+            if cfg["variant"] == "positions":
+                a = x.max(-1, keepdim=True).indices
+            else:
+                a = (x > 0).to(torch.int64) + 2 * (x > 0.5).to(torch.int64)
+            b = 1 if scalar else (x < 0.25).to(torch.int64)
+            return op(a, b).to(torch.float64)
+
+        return Net(forward)
+
+    return build
+
+
+for _name in ("__and__", "__or__", "__xor__", "__lshift__", "__rshift__"):
+    case(
+        f"aten::{_name}",
+        "misc",
+        _bitwise_draw,
+        _bitwise_build(_name),
+        must=[
+            Expect("p4m", {"variant": "plain", "other": "tensor"}),
+            Expect("c4", {"variant": "plain", "other": "scalar"}, kind=T),
+        ],
+        must_not=Expect(
+            "translations", {"variant": "positions", "other": "tensor"}, verdict="unverified"
+        ),
+        kinds=(G, T),
+        emits=f"aten::{_name}|aten::bitwise_{_name.strip('_').replace('shift', '_shift')}",
+    )
+
+
+def _where_number_draw(D: Draw, ctx: Ctx) -> dict[str, Any]:
+    return {"variant": choice(D, ["plain", "positions"], "variant")}
+
+
+def _where_number_build(name: str) -> Callable[[dict[str, Any], Ctx], nn.Module]:
+    def build(cfg: dict[str, Any], ctx: Ctx) -> nn.Module:
+        def forward(m: Net, x: torch.Tensor) -> torch.Tensor:
+            if cfg["variant"] == "positions":
+                mask = x.max(-1, keepdim=True).indices > 1
+            else:
+                mask = x > 0.2
+            if name == "ScalarOther":
+                return torch.where(mask, x, 0.5)
+            if name == "ScalarSelf":
+                return torch.where(mask, -1.5, x)
+            return torch.where(mask, 2.0, -3.0)
+
+        return Net(forward)
+
+    return build
+
+
+for _overload in ("ScalarOther", "ScalarSelf", "Scalar"):
+    case(
+        f"aten::where.{_overload}",
+        "misc",
+        _where_number_draw,
+        _where_number_build(_overload),
+        must=[Expect("p4m", {"variant": "plain"}), Expect("c4", {"variant": "plain"}, kind=T)],
+        must_not=Expect("translations", {"variant": "positions"}, verdict="unverified"),
+        kinds=(G, T),
+        emits="aten::where",
+    )
+
+
 def _dropout_draw(D: Draw, ctx: Ctx) -> dict[str, Any]:
     p = choice(D, [0.0, 0.3], "p")
     # training mode with p > 0 draws random numbers, which makes the whole bundle unverified:

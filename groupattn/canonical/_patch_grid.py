@@ -62,8 +62,10 @@ rotation-invariant *absolute* positions is exactly invariant.
 the ring scores of a Gaussian blur of the image restricted to the central
 ``window × window`` block of each phase's ``S × S`` patch, from the centre outwards; the
 first (the blurred mass on the 4 pixels about the centre) rolls the blurred image's
-maximum to the image centre. The blur moves with the image under every element of p4m bit
-for bit (see ``_symmetric_blur``), so the ring scores are again permuted exactly.
+maximum to the image centre. The blur is computed on the image quantized to integers,
+with integer weights, every number below ``2**53``: each sum is exact whatever order it is
+added in, so the blur moves with the image under every element of p4m bit for bit (see
+``_integer_blur``), and the ring scores are again permuted exactly.
 
 Precision
 ---------
@@ -97,7 +99,14 @@ from ..groups import (
 )
 from ..groups._base import Group as _Group
 from ..groups._products import _FiniteRotoTranslationGroup
+from ..positional._constants import constant_cache
 from ._argmax import argmax_with_margin
+from ._exact_blur import (
+    circulant_matrix,
+    integer_circulant_row,
+    quantize_per_sample,
+    significand_bits,
+)
 from ._polyphase import _check_stride, _gather_roll
 from ._precision import scoring, to_score_dtype
 from ._types import Canonicalized
@@ -381,6 +390,9 @@ def _lexicographic(scores: torch.Tensor) -> torch.Tensor:
     NaN in any score makes the row NaN.
     """
     b, n, k = scores.shape
+    if n == 1:  # a single score decides
+        s = scores[:, 0]
+        return torch.where(s.isnan().any(dim=1, keepdim=True), torch.full_like(s, float("nan")), s)
     candidates = torch.ones(b, k, dtype=torch.bool, device=scores.device)
     decided = torch.zeros(b, 1, dtype=torch.bool, device=scores.device)
     minus_inf = torch.tensor(float("-inf"), dtype=scores.dtype, device=scores.device)
@@ -539,53 +551,70 @@ class PatchGridAnchor(nn.Module):
 # ---------------------------------------------------------------- centre anchoring
 
 
-def _symmetric_blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
+@constant_cache(maxsize=32)
+def _blur_matrices(
+    size: int, sigma: float, offset: int, box: int, mantissa: int
+) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """``(left, right, levels)`` of ``_integer_blur``: integer matrices ``(S, S)`` (float64, CPU)."""
+    # ceil(3σ) taps each side, at most 64 turns of the torus (wider is flat to 13 bits)
+    r = min(max(1, math.ceil(3 * sigma)), 64 * size)
+    taps = [(d, math.exp(-d * d / (2 * sigma * sigma))) for d in range(-r, r + 1)]
+    # 13 bits of weights in float64 (5 in float32); symmetric, so K is its own transpose
+    # and the same matrix for a turned or reflected image
+    row = integer_circulant_row(taps, size, (mantissa - 1) // 4)
+    kernel = circulant_matrix(row)
+    left = torch.roll(kernel, -offset, dims=0)  # left[i] = K[i + offset]
+    right = torch.roll(kernel, -offset, dims=1)
+    for u in range(1, box):  # sums over a box × box block: rows i..i+box−1, columns alike
+        left = left + torch.roll(kernel, -offset - u, dims=0)
+        right = right + torch.roll(kernel, -offset - u, dims=1)
+    total_bits = (sum(row) * box).bit_length()
+    # |q| ≤ levels and every partial sum ≤ levels · total² < 2**(mantissa − 1)
+    return left, right, 2.0 ** (mantissa - 1 - 2 * total_bits)
+
+
+def _integer_blur(x: torch.Tensor, sigma: float, offset: int = 0, box: int = 1) -> torch.Tensor:
     """A circular Gaussian blur that moves with the image under every element of p4m, bit for bit.
 
-    ``blur(x) = along(along(x, H), W) + along(along(x, W), H)`` with
-    ``along(t, dim) = w_0·t + Σ_{d=1..r} w_d·(roll(t, d) + roll(t, −d))`` along ``dim``
-    (circularly), ``w_d = exp(−d² / 2σ²)`` and ``r = ceil(3σ)``, the ``d`` added in
-    increasing order. Every output pixel is the same formula applied to the same values
-    wherever the image has been moved:
+    Every number is an integer small enough for the floating dtype of ``x`` (float64: below
+    ``2**52``), so every sum is exact whatever order a matrix product adds its terms in:
 
-    * a translation moves every operand with it (a circular roll is a permutation);
-    * a reflection of the axis ``dim`` swaps ``roll(t, d)`` and ``roll(t, −d)``, which are
-      added first, and floating-point addition is commutative;
-    * a transpose (the other half of a quarter turn) swaps the two pass orders, whose
-      results are again added by one commutative addition.
+    1. each sample is quantized, ``q = round(x / m · 2**b)`` with ``m`` its largest
+       ``|x|`` (an elementwise map with a per-sample constant, so ``q(g·x) = g·q(x)``
+       exactly for every permutation ``g`` of the pixels); ``b`` is 24 bits in float64;
+    2. ``blur(q) = K q K`` with ``K`` the symmetric circulant matrix of ``integer_circulant_row``
+       (integer weights adding up to about ``2**13`` in float64): computed exactly, so it
+       is the mathematical blur, which commutes with every circular shift, turn and
+       reflection of a square torus (``K`` is symmetric and circulant).
 
-    So ``blur(g·x) == g·blur(x)`` exactly for every ``g`` of p4m (turns and reflections
-    about the image centre, circular shifts), in any floating dtype (the canonicalizers
-    call it in float64). The weights are not normalised (only the ordering of scores
-    matters); the blur wraps around the torus, also more than once when ``r ≥ S``.
+    The result is rolled by ``(−offset, −offset)`` and, for ``box > 1``, summed over the
+    ``box × box`` block whose top-left corner is each pixel (both folded into the
+    matrices, still exact).
 
     Parameters
     ----------
     x
-        Images ``(B, C, H, W)`` (square for the turns), floating point.
+        Images ``(B, C, S, S)`` in float64 (or float32 on a device without float64: fewer
+        quantization levels).
     sigma
         The Gaussian's standard deviation in pixels, ``> 0``.
+    offset
+        A roll of the result by ``(−offset, −offset)``.
+    box
+        The side of the summed block, ``≥ 1``.
 
     Returns
     -------
     torch.Tensor
-        ``(B, C, H, W)`` in the dtype of ``x``.
+        ``(B, C, S, S)``: integers in the dtype of ``x``; NaN / inf throughout a sample
+        that has a non-finite pixel.
     """
-    r = max(1, math.ceil(3 * sigma))
-    weights = [math.exp(-d * d / (2 * sigma * sigma)) for d in range(r + 1)]
-
-    def along(t: torch.Tensor, dim: int) -> torch.Tensor:
-        n = t.shape[dim]
-        copies = -(-r // n)  # enough whole copies on each side for a circular margin of r
-        padded = torch.cat([t] * (2 * copies + 1), dim=dim).narrow(dim, copies * n - r, n + 2 * r)
-        # padded[j] = t[(j − r) mod n], so roll(t, d) = padded[r − d : r − d + n]
-        out = weights[0] * t
-        for d in range(1, r + 1):
-            pair = padded.narrow(dim, r - d, n) + padded.narrow(dim, r + d, n)
-            out = out + weights[d] * pair
-        return out
-
-    return along(along(x, -2), -1) + along(along(x, -1), -2)
+    left, right, levels = _blur_matrices(
+        int(x.shape[-1]), sigma, offset, box, significand_bits(x.dtype)
+    )
+    left = left.to(device=x.device, dtype=x.dtype)
+    right = right.to(device=x.device, dtype=x.dtype)
+    return torch.matmul(torch.matmul(left, quantize_per_sample(x, levels)), right)
 
 
 def _centre_scores(x: torch.Tensor, sigma: float, window: int) -> torch.Tensor:
@@ -599,10 +628,10 @@ def _centre_scores(x: torch.Tensor, sigma: float, window: int) -> torch.Tensor:
     centre).
     """
     b, _, s, _ = x.shape
-    blurred = _symmetric_blur(x, sigma)
-    offset = (s - window) // 2
-    if offset:
-        blurred = torch.roll(blurred, (-offset, -offset), (-2, -1))
+    if window == 2:  # a single ring, the 2 × 2 block: summed inside the exact products
+        block = _integer_blur(x, sigma, (s - window) // 2, box=2).square_()
+        return (block if block.shape[1] == 1 else block.sum(dim=1)).reshape(b, 1, s * s)
+    blurred = _integer_blur(x, sigma, (s - window) // 2)
     rings = _ring_sums(_window_view(blurred, window), window)
     return torch.stack([(r * r).sum(dim=1).reshape(b, s * s) for r in rings], dim=1)
 

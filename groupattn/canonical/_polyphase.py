@@ -139,8 +139,9 @@ def _norms(
             per_pixel = _powered(x, norm).sum(dim=2)
     phases = per_pixel.reshape(b, height // stride, stride, width // stride, stride)
     if norm == "max":
-        return phases.amax(dim=(1, 3)).reshape(b, stride * stride)
-    scores = phases.sum(dim=(1, 3)).reshape(b, stride * stride)
+        return phases.amax(dim=1).amax(dim=2).reshape(b, stride * stride)
+    # one dimension at a time: a joint reduction over (1, 3) of this strided view is ~10x slower
+    scores = phases.sum(dim=1).sum(dim=2).reshape(b, stride * stride)
     if norm == "l2":
         return scores.sqrt()
     return scores.sqrt().sqrt() if norm == "l4" else scores

@@ -37,6 +37,20 @@ def _cast(call: OpCall) -> Any:
     return _pointwise_rule(call)
 
 
+@rule("aten::__and__", "aten::__or__", "aten::__xor__", "aten::__lshift__", "aten::__rshift__")
+def _bitwise_operator(call: OpCall) -> Any:
+    """``a & b`` and friends: ``bitwise_and`` and the like under their operator names, which
+    PyTorch does not tag as pointwise."""
+    return _pointwise_rule(call)
+
+
+@rule("aten::where.ScalarOther", "aten::where.ScalarSelf", "aten::where.Scalar")
+def _where_with_a_number(call: OpCall) -> Any:
+    """``torch.where(condition, x, 0.0)``: elementwise like ``where.self`` (which PyTorch tags
+    pointwise); not ``where(condition)`` alone, the indices of the non-zero entries."""
+    return _pointwise_rule(call)
+
+
 @rule("aten::type_as")
 def _type_as(call: OpCall) -> Any:
     call.args.touch("other")  # only its dtype is read

@@ -13,12 +13,19 @@ from .._deprecation import DeprecatedAttribute, renamed_arguments
 from .._errors import ConfigurationError, ShapeError
 from ..actions import GridField, TokenField, torus_stride
 from ..canonical import PolyphaseAnchor
+from ..canonical._exact_blur import (
+    circulant_matrix,
+    integer_circulant_row,
+    quantize_per_sample,
+    significand_bits,
+)
 from ..canonical._polyphase import Norm
 from ..canonical._precision import scoring, to_score_dtype
 from ..canonical._record import judging_ties_as
 from ..contracts import Contract
 from ..contracts._module import check_floating_input
 from ..groups import Group, TorusTranslations
+from ..positional._constants import constant_cache
 
 __all__ = ["PatchEmbedding"]
 
@@ -31,13 +38,40 @@ def _gaussian_taps(sigma: float, size: int) -> tuple[tuple[int, float], ...]:
     return tuple((k, w / total) for k, w in taps)
 
 
-def _circular_blur(x: torch.Tensor, taps: tuple[tuple[int, float], ...], dim: int) -> torch.Tensor:
-    """``Σ_k w_k · roll(x, k, dim)`` in a fixed order: every position runs the same arithmetic,
-    so blurring a shifted image gives the shifted blur bit for bit."""
-    out = torch.roll(x, taps[0][0], dim) * taps[0][1]
-    for k, w in taps[1:]:
-        out = out + torch.roll(x, k, dim) * w
-    return out
+@constant_cache(maxsize=32)
+def _blur_operators(
+    taps: tuple[tuple[tuple[int, float], ...], tuple[tuple[int, float], ...]],
+    size: tuple[int, int],
+    significand: int,
+) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """``(left (H, H), right (W, W), levels)``: ``left · q · right`` blurs ``q`` with the taps, exactly.
+
+    Integer circulant matrices whose weights add up to about ``2**13`` each (float64), and
+    the quantization ``levels`` of non-negative images that keeps every partial sum below
+    ``2**(significand − 1)`` (see ``groupattn.canonical._exact_blur``).
+    """
+    budget = (significand - 1) // 4
+    row_y = integer_circulant_row(taps[0], size[0], budget)
+    row_x = integer_circulant_row(taps[1], size[1], budget)
+    bits = sum(row_y).bit_length() + sum(row_x).bit_length()
+    return circulant_matrix(row_y), circulant_matrix(row_x).T, 2.0 ** (significand - 1 - bits)
+
+
+def _exact_blur(energy: torch.Tensor, taps: Any) -> torch.Tensor:
+    """``Σ_{k,l} w_k w_l · roll(energy, (k, l))`` up to quantization, shift-equivariant bit for bit.
+
+    ``energy`` ``(B, 1, H, W)`` non-negative, in float64 (float32 on a device without it) is
+    quantized per sample to integers and multiplied by integer circulant matrices: every
+    sum is exact, so a circularly shifted input gives the shifted output exactly although
+    the matrix products add their terms in an order tied to absolute positions.
+    """
+    left, right, levels = _blur_operators(
+        taps, (int(energy.shape[-2]), int(energy.shape[-1])), significand_bits(energy.dtype)
+    )
+    q = quantize_per_sample(energy, levels)
+    left = left.to(device=energy.device, dtype=energy.dtype)
+    right = right.to(device=energy.device, dtype=energy.dtype)
+    return torch.matmul(torch.matmul(left, q), right)
 
 
 def _check_image(module: str, x: torch.Tensor, channels: int, size: tuple[int, int]) -> None:
@@ -152,9 +186,13 @@ class PatchEmbedding(nn.Module):
                 f"PatchEmbedding: expected an anchor stride that is a multiple of patch {patch} and divides "
                 f"the image size {size[0]}x{size[1]}, got {anchor_stride}"
             )
-        if not anchor_sigma >= 0.0:
+        if not (anchor_sigma >= 0.0 and math.isfinite(anchor_sigma)):
             raise ConfigurationError(
-                f"PatchEmbedding: expected anchor_sigma >= 0, got {anchor_sigma}"
+                f"PatchEmbedding: expected anchor_sigma as a finite number >= 0, got {anchor_sigma}"
+            )
+        if not (anchor_scale >= 0.0 and math.isfinite(anchor_scale)):
+            raise ConfigurationError(
+                f"PatchEmbedding: expected anchor_scale as a finite number >= 0, got {anchor_scale}"
             )
         self.in_channels, self.dim, self.patch_size, self.image_size = in_channels, dim, patch, size
         self.grid = (size[0] // patch, size[1] // patch)
@@ -190,8 +228,7 @@ class PatchEmbedding(nn.Module):
         if self._taps is None:
             raise ConfigurationError("PatchEmbedding: anchor_score needs anchor_sigma > 0")
         energy = (x * x).sum(dim=1, keepdim=True)
-        taps_y, taps_x = self._taps
-        blurred = _circular_blur(_circular_blur(energy, taps_y, 2), taps_x, 3)
+        blurred = _exact_blur(energy, self._taps)
         # per-sample maxima are shift-invariant: the score peaks at anchor_scale · max|x|,
         # so its fourth power outweighs the image's own channels in the anchor's norm
         peak = blurred.amax(dim=(1, 2, 3), keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)

@@ -1,0 +1,100 @@
+"""Circular blurs computed exactly: integer images times integer circulant matrices.
+
+A canonicalizer's scores must move with the image *bit for bit*: a shifted (turned,
+reflected) input has to give the shifted (turned, reflected) scores, with no rounding
+that depends on where a pixel sits. A blur written as a sum of rolled copies achieves
+that by adding the same terms in the same order at every pixel, at the price of one pass
+over the image per tap. A matrix product is far faster but adds its terms in an order
+tied to absolute positions — unless every sum is exact. So:
+
+1. each sample is quantized to integers, ``q = round(x / m · L)`` with ``m`` the sample's
+   largest ``|x|`` and ``L`` a power of two (an elementwise map with a per-sample
+   constant: it commutes with every permutation of the pixels, exactly);
+2. the blur is ``K_y q K_xᵀ`` with integer circulant matrices ``K`` whose weights add up
+   to about ``2**13``, and ``L`` is chosen so that every partial sum stays below
+   ``2**52`` (float64; ``2**23`` in float32): each product and sum is exact whatever
+   order the matrix product uses, so the result *is* the mathematical blur, which
+   commutes with every circular shift (and, for symmetric weights on a square torus,
+   with every turn and reflection).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+__all__ = ["circulant_matrix", "integer_circulant_row", "quantize_per_sample", "significand_bits"]
+
+
+def significand_bits(dtype: torch.dtype) -> int:
+    """The significand of a score dtype in bits (53 for float64, 24 for float32)."""
+    return {torch.float64: 53, torch.float32: 24}[dtype]
+
+
+def integer_circulant_row(
+    taps: Sequence[tuple[int, float]], size: int, budget_bits: int
+) -> list[int]:
+    """Integer weights ``c_j`` (``j = 0..size−1``) of the circular filter ``Σ_k w_k · roll(x, k)``.
+
+    The taps are folded onto the cycle (``k mod size``; a wide filter wraps more than
+    once), scaled so that the weights add up to about ``2**budget_bits`` and rounded. For
+    symmetric taps (``w_k = w_{−k}``) the result is symmetric exactly: ``c_j = c_{size−j}``
+    (the half ``j ≤ size / 2`` is rounded and mirrored).
+
+    Parameters
+    ----------
+    taps
+        ``(offset, weight)`` pairs, weights ``≥ 0`` and not all 0.
+    size
+        The cycle's length ``≥ 1``.
+    budget_bits
+        About ``log2`` of the weights' total.
+
+    Returns
+    -------
+    list of int
+        ``size`` non-negative integers; the filter is ``out[i] = Σ_j c_{(i−j) mod size} x[j]``.
+    """
+    folded = [0.0] * size
+    for k, w in taps:
+        folded[k % size] += w
+    scale = 2.0**budget_bits / sum(folded)
+    symmetric = sorted(taps) == sorted((-k, w) for k, w in taps)
+    if symmetric:
+        half = [round(folded[j] * scale) for j in range(size // 2 + 1)]
+        return [half[min(j, size - j)] for j in range(size)]
+    return [round(v * scale) for v in folded]
+
+
+def circulant_matrix(row: Sequence[int]) -> torch.Tensor:
+    """``K[i, j] = row[(i − j) mod n]`` as float64 ``(n, n)`` on the CPU."""
+    n = len(row)
+    index = (torch.arange(n)[:, None] - torch.arange(n)) % n
+    return torch.tensor(list(row), dtype=torch.float64)[index]
+
+
+def quantize_per_sample(x: torch.Tensor, levels: float) -> torch.Tensor:
+    """``round(x / max|x| · levels)`` per sample (the largest magnitude becomes ``±levels``).
+
+    A sample that is all zeros stays zeros; a sample with a NaN or infinite entry keeps
+    its non-finite entries (whatever is computed from it is non-finite), and the other
+    samples are not affected.
+
+    Parameters
+    ----------
+    x
+        ``(B, ...)`` floating point.
+    levels
+        A power of two.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, ...)`` integers in the dtype of ``x``.
+    """
+    dims = tuple(range(1, x.dim()))
+    scale = torch.linalg.vector_norm(x, float("inf"), dim=dims, keepdim=True)  # max |x|
+    usable = torch.logical_and(torch.isfinite(scale), scale > 0)
+    q = x / torch.where(usable, scale, torch.ones_like(scale))
+    return q.mul_(levels).round_()  # in place: one temporary
