@@ -354,7 +354,7 @@ def test_checker_certifies_the_registry_models(name: str, point_group: str, grou
         ({"image_size": 32, "sigma": True}, "CentreAnchor: expected sigma"),
         ({"image_size": 32, "window": 7}, "CentreAnchor: expected window as an even int"),
         ({"image_size": 32, "window": 0}, "CentreAnchor: expected window as an even int"),
-        ({"image_size": 32, "window": 34}, "expected window <= the image size 32"),
+        ({"image_size": 16, "window": 18}, "expected window <= the image size 16"),
     ],
 )
 def test_bad_arguments_raise_clear_errors(kwargs: dict, match: str) -> None:

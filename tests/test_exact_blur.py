@@ -127,6 +127,7 @@ def test_smoothed_anchor_is_exact_in_every_input_dtype() -> None:
         ({"anchor_sigma": -1.0}, "expected anchor_sigma as a finite number >= 0"),
         ({"anchor_sigma": 2.0, "anchor_scale": float("nan")}, "expected anchor_scale"),
         ({"anchor_sigma": 2.0, "anchor_scale": -1.0}, "expected anchor_scale"),
+        ({"anchor_sigma": 2.0, "anchor_scale": 1e300}, "expected anchor_scale"),
     ],
 )
 def test_bad_smoothing_arguments_raise_clear_errors(kwargs: dict, match: str) -> None:
@@ -177,3 +178,44 @@ def test_checker_follows_the_exact_blur_operator_by_operator() -> None:
 
     cert = certify(Skewed(), x, TorusTranslations(16, 16), verify=True)
     assert cert.verdict != Status.INVARIANT, cert.to_text()
+
+
+@pytest.mark.parametrize("sigma", [1e-200, 5e-324, 1e-3, 1e6, 1e308])
+def test_extreme_sigmas_blur_without_errors(sigma: float) -> None:
+    """Any finite σ > 0 builds its weights (a tiny σ is the identity, a huge one flat)."""
+    from groupattn.canonical import centre_anchor
+
+    x = torch.rand(2, 1, 8, 8)
+    out = centre_anchor(x, sigma=sigma, window=4)
+    assert out.output.shape == x.shape
+    embed = PatchEmbedding(1, 4, 4, (16, 16), anchor_stride=16, anchor_sigma=sigma)
+    assert embed(torch.rand(2, 1, 16, 16)).shape == (2, 16, 4)
+
+
+def test_quantization_ties_are_reported() -> None:
+    """The two ties the integer blur adds (an outlier 2**26 times brighter than the rest;
+    a blur far wider than the image) are reported, so the checker's verification sets the
+    samples aside instead of certifying a wrong frame."""
+    from groupattn.canonical import centre_anchor, record_canonicalizations
+
+    torch.manual_seed(0)
+    outlier = torch.rand(1, 1, 8, 8, dtype=torch.float64) + 0.5
+    outlier[0, 0, 3, 3] = 2.0**26
+    wide = torch.rand(1, 1, 32, 32, dtype=torch.float64)
+    for x, sigma, window in ((outlier, 1.0, 4), (wide, 50.0, 8)):
+        with record_canonicalizations() as rec:
+            out = centre_anchor(x, sigma=sigma, window=window)
+        assert float(out.margin[0]) == 0.0 and rec.events[0].num_tied == 1
+
+
+def test_centre_anchor_window_and_channels_are_checked() -> None:
+    from groupattn import ConfigurationError
+    from groupattn.canonical import CentreAnchor, centre_anchor
+    from groupattn.groups import GroupError
+
+    with pytest.raises(ConfigurationError, match="CentreAnchor: expected window <= 32"):
+        CentreAnchor(128, window=34)
+    with pytest.raises(
+        GroupError, match="centre_anchor: expected images with at least one channel"
+    ):
+        centre_anchor(torch.rand(2, 0, 8, 8), window=4)

@@ -126,6 +126,85 @@ def test_lifting_layer_paths_agree(point_group: str, neighbourhood: int) -> None
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
 
 
+@pytest.mark.parametrize("point_group", ["C1", "C4", "D4", "C8"])  # C8: zero padding
+@pytest.mark.parametrize("in_channels", [1, 2])
+@pytest.mark.parametrize("biases", ["both", "none", "projection only"])
+def test_input_space_path_equals_the_head_width_computation(
+    point_group: str, in_channels: int, biases: str
+) -> None:
+    """Heads wider than the input (``C_in + 1 < d``): the layer attends over ``[x; 1]`` and
+    folds the value and output projections; the same function and gradients as the tiled
+    path, for circular and zero padding, with and without the projections' biases."""
+    from unittest import mock
+
+    torch.manual_seed(1)
+    layer = LiftingSelfAttention(
+        in_channels, 12, point_group, num_heads=2, neighbourhood=3
+    ).double()
+    for p in layer.encoding.parameters():
+        torch.nn.init.normal_(p)
+    if biases != "both":
+        old = layer.qkv
+        layer.qkv = torch.nn.Linear(in_channels, old.out_features, bias=False).double()
+        layer.qkv.weight.data.copy_(old.weight.data)
+    if biases == "none":
+        old = layer.proj
+        layer.proj = torch.nn.Linear(old.in_features, old.out_features, bias=False).double()
+        layer.proj.weight.data.copy_(old.weight.data)
+    x = torch.randn(2, in_channels, 7, 7, dtype=torch.float64, requires_grad=True)
+
+    def run() -> tuple[torch.Tensor, list[torch.Tensor]]:
+        layer.zero_grad()
+        x.grad = None
+        out = layer(x)
+        out.sin().sum().backward()
+        grads = [p.grad.clone() for p in layer.parameters() if p.grad is not None]
+        return out.detach(), [*grads, x.grad.clone()]  # type: ignore[union-attr]
+
+    spy = mock.patch.object(
+        LiftingSelfAttention,
+        "_attend_in_input_space",
+        autospec=True,
+        side_effect=LiftingSelfAttention._attend_in_input_space,
+    )
+    with attention_implementation("factorised"), spy as called:
+        ours, our_grads = run()
+    assert called.call_count == 1  # the input-space path ran
+    with attention_implementation("sdpa"):  # the tiled path over the heads' width
+        tiled, tiled_grads = run()
+    torch.testing.assert_close(ours, tiled, rtol=1e-11, atol=1e-12)
+    assert len(our_grads) == len(tiled_grads)
+    for a, b in zip(our_grads, tiled_grads):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+
+
+def test_input_space_path_only_where_it_pays_and_for_plain_projections() -> None:
+    """Heads no wider than ``C_in + 1``, or a projection with a hook, keep the head-width
+    kernel (same results); the float32 forward agrees with float64 to float32 rounding."""
+    from unittest import mock
+
+    torch.manual_seed(2)
+    narrow = LiftingSelfAttention(3, 8, "C4", num_heads=2, neighbourhood=3)  # d = 4 = C_in + 1
+    hooked = LiftingSelfAttention(1, 12, "C4", num_heads=2, neighbourhood=3)
+    hooked.proj.register_forward_hook(lambda module, args, out: out)
+    wide = LiftingSelfAttention(1, 40, "C4", num_heads=2, neighbourhood=5)
+    spy = mock.patch.object(
+        LiftingSelfAttention,
+        "_attend_in_input_space",
+        autospec=True,
+        side_effect=LiftingSelfAttention._attend_in_input_space,
+    )
+    with spy as called, torch.no_grad():
+        narrow(torch.randn(2, 3, 8, 8))
+        hooked(torch.randn(2, 1, 8, 8))
+        assert called.call_count == 0
+        x = torch.randn(2, 1, 12, 12)
+        single = wide(x)
+        assert called.call_count == 1
+        double = wide.double()(x.double())
+    torch.testing.assert_close(single.double(), double, rtol=1e-4, atol=1e-5)
+
+
 # ---------------------------------------------------------------- lifting convolution
 
 

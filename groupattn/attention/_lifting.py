@@ -6,6 +6,7 @@ import math
 
 import torch
 from einops import rearrange
+from torch import nn
 
 from .._deprecation import DeprecatedAttribute, renamed_arguments
 from .._sealed import sealed
@@ -95,6 +96,105 @@ class LiftingSelfAttention(_RotoTranslationAttention):
             encoding_hidden,
         )
 
+    def _plain_qkv(self) -> bool:
+        """Whether the projection is a plain ``nn.Linear`` (its product may be taken in any layout)."""
+        linear = self.qkv
+        return (
+            type(linear) is nn.Linear
+            and not linear._forward_hooks
+            and not linear._forward_pre_hooks
+        )
+
+    def _channels_first_qkv(
+        self, x: torch.Tensor, heads: int, d: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values ``(B, heads, d, H, W)`` from the plain projection, taken
+        channels first — ``W · x`` over ``(C_in, B·H·W)`` — so that each head's ``(d, B, H, W)``
+        block is one contiguous run of memory: the layout the factorised kernel copies from.
+        """
+        b, _, height, width = x.shape
+        flat = x.transpose(0, 1).reshape(x.shape[1], b * height * width)  # (C_in, B·H·W)
+        linear = self.qkv
+        if linear.bias is None:
+            product = torch.mm(linear.weight, flat)
+        else:
+            product = torch.addmm(linear.bias[:, None], linear.weight, flat)
+        q, k, v = product.view(3, heads, d, b, height, width).permute(0, 3, 1, 2, 4, 5)
+        return q, k, v
+
+    def _input_space_pays(self, x: torch.Tensor) -> bool:
+        """Whether attending over the input's ``C_in + 1`` channels is narrower than over the
+        heads' ``d`` (and the output projection a plain ``nn.Linear`` to fold into)."""
+        proj = self.proj
+        plain_proj = (
+            type(proj) is nn.Linear and not proj._forward_hooks and not proj._forward_pre_hooks
+        )
+        return plain_proj and x.shape[1] + 1 < self.head_dim
+
+    def _attend_in_input_space(
+        self, x: torch.Tensor, table: torch.Tensor, k_side: int, circular: bool
+    ) -> torch.Tensor | None:
+        """Local lifting attention computed over the input's channels, ``(B, C, G, H, W)``.
+
+        With ``x̃ = [x; 1]`` per pixel (and ``x̃ = 0`` for the zero tokens outside the grid
+        of zero padding), each head's key and value are linear in ``x̃``:
+        ``k_j = W̃_k x̃_j`` and ``v_j = W̃_v x̃_j`` with ``W̃ = [W | b]``. So
+
+        * the logit ``q_i · k_j = (W̃_kᵀ q_i) · x̃_j``: the query mapped back to the input's
+          ``C_in + 1`` channels, against the input itself as the key;
+        * ``Σ_j a_ij v_j = W̃_v Σ_j a_ij x̃_j``: the attention averages the input, and the value
+          and output projections act after, folded into one ``(C, heads·(C_in + 1))``
+          matrix ``W_o^{(e)} W̃_v^{(e)}``.
+
+        The same function as the head-width computation (up to rounding), in every padding
+        mode; it pays when ``C_in + 1 < d`` (a lifting layer reads an image: 1 or 3 channels
+        against heads of e.g. 20), cutting the kernel's work and memory by ``d / (C_in + 1)``
+        and the output projection's by ``d`` per head. ``None`` where the kernel declines
+        (a bias too spread for its dtype).
+        """
+        b, c_in, height, width = x.shape
+        heads, d = self.num_heads, self.head_dim
+        weight = self.qkv.weight.view(3, heads, d, c_in)
+        bias = (
+            self.qkv.bias.view(3, heads, d)
+            if self.qkv.bias is not None
+            else weight.new_zeros(3, heads, d)
+        )
+        w_q, w_k, w_v = weight.unbind(0)
+        b_q, b_k, b_v = bias.unbind(0)
+        wide_k = torch.cat([w_k, b_k[..., None]], dim=-1)  # W̃_k (heads, d, C_in + 1)
+        wide_v = torch.cat([w_v, b_v[..., None]], dim=-1)  # W̃_v
+        c = c_in + 1
+        # W̃_kᵀ q_i = (W̃_kᵀ W_q) x_i + W̃_kᵀ b_q, scaled so that the kernel's 1/√(C_in + 1)
+        # makes the 1/√d of the heads
+        rescale = math.sqrt(c / d)
+        query_map = torch.einsum("edf,edc->efc", wide_k, w_q) * rescale  # (heads, C_in + 1, C_in)
+        query_shift = torch.einsum("edf,ed->ef", wide_k, b_q) * rescale  # (heads, C_in + 1)
+        query = torch.einsum("efc,bcyx->befyx", query_map.to(x.dtype), x)
+        query = query + query_shift.to(x.dtype)[None, :, :, None, None]
+        lifted = torch.cat([x, x.new_ones(b, 1, height, width)], dim=1)  # x̃ (B, C_in + 1, H, W)
+        keys = lifted[:, None].expand(b, heads, c, height, width)
+        local = attend_shared_query_windows(
+            query, keys, keys, table, k_side, circular, "LiftingSelfAttention"
+        )
+        if local is None:
+            return None
+        g = local.shape[2]
+        out_features = self.proj.out_features
+        # W_o^{(e)} W̃_v^{(e)}, heads side by side: (C, heads·(C_in + 1))
+        folded = torch.einsum(
+            "oed,edf->oef", self.proj.weight.view(out_features, heads, d), wide_v
+        ).reshape(out_features, heads * c)
+        channels = local.permute(1, 3, 2, 0, 4, 5).reshape(heads * c, -1)  # (heads·c, G·B·H·W)
+        if self.proj.bias is None:
+            out = torch.mm(folded.to(channels.dtype), channels)
+        else:
+            out = torch.addmm(
+                self.proj.bias[:, None].to(channels.dtype), folded.to(channels.dtype), channels
+            )
+        out = out.view(out_features, g, b, height, width)
+        return out.permute(2, 0, 1, 3, 4)  # (B, C, G, H, W)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_input(x)
         b, _, height, width = x.shape
@@ -127,23 +227,28 @@ class LiftingSelfAttention(_RotoTranslationAttention):
             out = attend(queries, k, v, logits_bias, module="LiftingSelfAttention")
             out = rearrange(out, "b e (g n) d -> b g n (e d)", g=g)
         else:
-            qkv = self.qkv(tokens)
+            channels_first = vectors is None and self._plain_qkv()
+            qkv = None if channels_first else self.qkv(tokens)
             if vectors is None:  # additive bias only: the problem also has the factorised form
                 k_side = int(self.neighbourhood or 1)
                 window = k_side * k_side
+                if channels_first:
+                    q, k, v = self._channels_first_qkv(x, heads, d)  # (B, heads, d, H, W)
+                else:
+                    assert qkv is not None
+                    q, k, v = qkv.view(b, height, width, 3, heads, d).permute(3, 0, 4, 5, 1, 2)
                 table = (
                     bias.reshape(heads, g, window)
                     if bias is not None
-                    else qkv.new_zeros(heads, g, window)
+                    else q.new_zeros(heads, g, window)
                 )
-                choice = choose_implementation(
-                    qkv, window_bias=table, module="LiftingSelfAttention"
-                )
+                choice = choose_implementation(q, window_bias=table, module="LiftingSelfAttention")
                 local = None
+                if choice == "factorised" and channels_first and self._input_space_pays(x):
+                    low = self._attend_in_input_space(x, table, k_side, geometry.circular)
+                    if low is not None:
+                        return low
                 if choice == "factorised":  # one content weight per pixel for all slices
-                    q, k, v = qkv.view(b, height, width, 3, heads, d).permute(
-                        3, 0, 4, 5, 1, 2
-                    )  # (B, heads, d, H, W)
                     local = attend_shared_query_windows(
                         q, k, v, table, k_side, geometry.circular, "LiftingSelfAttention"
                     )
@@ -159,6 +264,8 @@ class LiftingSelfAttention(_RotoTranslationAttention):
                     return out.permute(2, 0, 1, 3, 4)  # (B, C, G, H, W)
             # content × position term, a bias too spread for the factorised kernel, or "sdpa" /
             # "chunked" forced: the tiled path through attend
+            if qkv is None:
+                qkv = self.qkv(tokens)
             out = self.proj(
                 self._local_attention(qkv.view(b, n, 1, 3, heads, d), geometry, bias, vectors)
             )

@@ -111,6 +111,10 @@ from ._polyphase import _check_stride, _gather_roll
 from ._precision import scoring, to_score_dtype
 from ._types import Canonicalized
 
+#: The largest ``window`` of ``CentreAnchor`` (memory grows with its number of rings, about
+#: ``window² / 8``, times the image's pixels).
+_MAX_CENTRE_WINDOW = 32
+
 __all__ = [
     "CentreAnchor",
     "PatchGridAnchor",
@@ -551,14 +555,21 @@ class PatchGridAnchor(nn.Module):
 # ---------------------------------------------------------------- centre anchoring
 
 
+def _gaussian_weight(offset: int, sigma: float) -> float:
+    """``exp(−(offset/σ)² / 2)``, without overflow for tiny ``σ`` (0 beyond 40σ)."""
+    t = abs(offset) / sigma
+    return 0.0 if t > 40.0 else math.exp(-0.5 * t * t)
+
+
 @constant_cache(maxsize=32)
 def _blur_matrices(
     size: int, sigma: float, offset: int, box: int, mantissa: int
 ) -> tuple[torch.Tensor, torch.Tensor, float]:
     """``(left, right, levels)`` of ``_integer_blur``: integer matrices ``(S, S)`` (float64, CPU)."""
-    # ceil(3σ) taps each side, at most 64 turns of the torus (wider is flat to 13 bits)
-    r = min(max(1, math.ceil(3 * sigma)), 64 * size)
-    taps = [(d, math.exp(-d * d / (2 * sigma * sigma))) for d in range(-r, r + 1)]
+    # ceil(3σ) taps each side, at most 64 turns of the torus (wider is flat to 13 bits);
+    # exp(−(d/σ)²/2) stays finite for any finite σ > 0 (0 beyond 40σ, 1 at d = 0)
+    r = max(1, math.ceil(min(3 * sigma, 64 * size)))
+    taps = [(d, _gaussian_weight(d, sigma)) for d in range(-r, r + 1)]
     # 13 bits of weights in float64 (5 in float32); symmetric, so K is its own transpose
     # and the same matrix for a turned or reflected image
     row = integer_circulant_row(taps, size, (mantissa - 1) // 4)
@@ -652,6 +663,12 @@ def _check_sigma(module: str, sigma: float) -> float:
 def _check_window(module: str, window: int, size: int | None) -> int:
     if isinstance(window, bool) or not isinstance(window, int) or window < 2 or window % 2:
         raise ConfigurationError(f"{module}: expected window as an even int >= 2, got {window!r}")
+    if window > _MAX_CENTRE_WINDOW:
+        # one score per ring and phase: (window²/8 rings) × S² numbers, kept for the cascade
+        raise ConfigurationError(
+            f"{module}: expected window <= {_MAX_CENTRE_WINDOW} (each of its ~window²/8 rings "
+            f"is scored at every pixel), got window={window}"
+        )
     if size is not None and window > size:
         raise ConfigurationError(
             f"{module}: expected window <= the image size {size}, got window={window}"
@@ -661,6 +678,8 @@ def _check_window(module: str, window: int, size: int | None) -> int:
 
 def _check_centre_input(module: str, x: torch.Tensor, window: int) -> int:
     _check_input(module, x, 1)
+    if x.dim() == 4 and x.shape[1] == 0:
+        raise ShapeError(f"{module}: expected images with at least one channel, got 0 channels")
     side = int(x.shape[-1])
     if side % 2:
         raise ShapeError(f"{module}: expected an even image side, got {side}x{side}")
@@ -704,7 +723,7 @@ def centre_anchor(x: torch.Tensor, sigma: float = 6.0, window: int = 8) -> Canon
         The blur's standard deviation in pixels (``> 0``; 6 suits 28 × 28 digits on a
         32 × 32 canvas).
     window
-        The side of the scored central block, even.
+        The side of the scored central block, even, ``≤ 32``.
 
     Returns
     -------
@@ -743,23 +762,29 @@ class CentreAnchor(PatchGridAnchor):
     is then invariant to all of p4 / p4m. The group models learn far better with absolute
     positions than without them, which the patch-size anchor must give up.
 
-    Scores (cheap: no ``S × S`` cascade): the image is blurred with ``_symmetric_blur``
-    (a circular Gaussian of standard deviation ``sigma``, in float64), and phase ``(a, b)``
-    is scored by the ring energies ``Σ_c ring_k²`` of the central ``window × window``
-    block of its ``S × S`` patch (top-left corner ``(a, b) + (S − window)/2``; the rings are
-    the D4 orbits about the block's centre, [`patch_rings`][groupattn.canonical.patch_rings]
+    Scores (cheap: no ``S × S`` cascade): the image is blurred by a circular Gaussian of
+    standard deviation ``sigma`` (truncated at ``3σ``), and phase ``(a, b)`` is scored by the
+    ring energies ``Σ_c ring_k²`` of the central ``window × window`` block of its
+    ``S × S`` patch (top-left corner ``(a, b) + (S − window)/2``; the rings are the D4
+    orbits about the block's centre, [`patch_rings`][groupattn.canonical.patch_rings]
     ``(window)``, centre outwards: the first is the blurred mass on the 4 pixels about the
     centre, so the blurred image's maximum is rolled to the image centre), compared
     lexicographically (a later ring decides only among the phases tied on all earlier
     ones).
 
-    Why it is exact: the blur moves with the image under every element of p4m bit for bit
-    (opposite offsets are added first and the two pass orders are added last, both
-    commutative floating-point additions), a ring sum is the same float for a turned or
-    reflected block (opposite pixels first), and a turn about the image centre maps the
-    block of phase ``φ`` onto the block of phase ``h·φ mod S`` (``S`` and ``window`` even:
-    every block is centred on a pixel corner, as is the image). So a moved input permutes
-    the scores exactly, and the arg-max moves with it.
+    Why it is exact: the blur is computed in integers — each sample quantized to
+    ``round(x / max|x| · 2²⁴)``, then multiplied on both sides by a symmetric circulant
+    matrix of integer weights (adding up to about ``2¹³``) — so every number stays below
+    ``2⁵²`` in float64 and every sum is exact whatever order the matrix product adds in:
+    the computed blur *is* the mathematical one, which commutes with every circular
+    shift, turn and reflection of the square torus. A ring sum is the same float for a
+    turned or reflected block (opposite pixels first), and a turn about the image centre
+    maps the block of phase ``φ`` onto the block of phase ``h·φ mod S`` (``S`` and
+    ``window`` even: every block is centred on a pixel corner, as is the image). So a
+    moved input permutes the scores exactly, and the arg-max moves with it. (With
+    ``window = 2`` the single ring, the 2 × 2 block sum, is folded into the matrices: two
+    matrix products per forward.) The quantization makes the decision a function of
+    ``x / max|x|`` to 24 bits: images that differ by less tie or move together.
 
     Ties: only a *full tie* (phases equal on every ring score) falls back to the lowest
     index ``a·S + b`` and is reported as a tie (margin 0) to
@@ -768,7 +793,11 @@ class CentreAnchor(PatchGridAnchor):
     centre — a constant image (every phase gives the same image) or an image equal to its
     own quarter turn (``φ`` ties with ``h·φ``); only a full tie between phases whose
     anchored images no turn relates (e.g. two equal blobs related by a shift) can break
-    invariance. Generic images, such as digits, have no tie.
+    invariance. Generic images, such as digits, have no tie. The integer blur adds two
+    sources of ties, reported like the others: structure below ``2⁻²⁴`` of the image's
+    largest pixel is quantized away (one pixel ``2²⁶`` times brighter than the rest leaves
+    an image of one bright pixel), and a blur much wider than the image (``σ`` above about
+    ``S``, weights flat to 13 bits) scores many phases alike.
 
     Contract: [`PatchGridAnchor`][groupattn.canonical.PatchGridAnchor]'s with ``p = S``:
     canonicalizing under ``RotoTranslationGroup(H, S)`` (p4, p4m) and under ``H`` with
@@ -787,7 +816,7 @@ class CentreAnchor(PatchGridAnchor):
     sigma
         The blur's standard deviation in pixels, ``> 0``.
     window
-        The side of the scored central block: even, ``≤ S``.
+        The side of the scored central block: even, ``≤ S`` and ``≤ 32``.
 
     Raises
     ------

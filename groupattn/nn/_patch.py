@@ -32,8 +32,12 @@ __all__ = ["PatchEmbedding"]
 
 def _gaussian_taps(sigma: float, size: int) -> tuple[tuple[int, float], ...]:
     """``(offset, weight)`` of a circular Gaussian of width ``sigma`` on a cycle of ``size``; weights sum to 1."""
-    radius = min(math.ceil(3.0 * sigma), (size - 1) // 2)
-    taps = [(k, math.exp(-0.5 * (k / sigma) ** 2)) for k in range(-radius, radius + 1)]
+    radius = math.ceil(min(3.0 * sigma, (size - 1) // 2))
+    # exp(−(k/σ)²/2) without overflow for a tiny σ (0 beyond 40σ, 1 at k = 0)
+    taps = [
+        (k, 0.0 if abs(k) > 40.0 * sigma else math.exp(-0.5 * (k / sigma) ** 2))
+        for k in range(-radius, radius + 1)
+    ]
     total = sum(w for _, w in taps)
     return tuple((k, w / total) for k, w in taps)
 
@@ -100,7 +104,11 @@ class PatchEmbedding(nn.Module):
     energy ``G_σ ∗ Σ_c x_c²`` (carried as an extra channel through the anchor, scaled per
     sample to peak at ``anchor_scale · max|x|`` so it dominates the anchor's norm, and
     dropped after), so similar images get similar frames. The score depends on the input
-    alone, not on any weight.
+    alone, not on any weight. The blur is computed exactly — the energy quantized per
+    sample to integers (24 bits relative to its maximum) times integer circulant matrices
+    (Gaussian weights truncated at ``3σ`` and rounded to about 13 bits), every sum below
+    ``2⁵²`` — so a circularly shifted image gives the shifted score bit for bit although
+    the two matrix products add in an order tied to absolute positions.
 
     Precision: every anchoring score (the polyphase norms, and the blurred energy) is
     computed in float64 with autocast disabled, from the image as received, whatever
@@ -190,9 +198,10 @@ class PatchEmbedding(nn.Module):
             raise ConfigurationError(
                 f"PatchEmbedding: expected anchor_sigma as a finite number >= 0, got {anchor_sigma}"
             )
-        if not (anchor_scale >= 0.0 and math.isfinite(anchor_scale)):
+        if not (0.0 <= anchor_scale <= 1e6):
+            # the score's fourth power must stay far from float64's overflow
             raise ConfigurationError(
-                f"PatchEmbedding: expected anchor_scale as a finite number >= 0, got {anchor_scale}"
+                f"PatchEmbedding: expected anchor_scale as a number in [0, 1e6], got {anchor_scale}"
             )
         self.in_channels, self.dim, self.patch_size, self.image_size = in_channels, dim, patch, size
         self.grid = (size[0] // patch, size[1] // patch)
