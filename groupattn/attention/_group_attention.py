@@ -232,17 +232,21 @@ class _RotoTranslationAttention(nn.Module):
         tiling, outside, entries = self._tile_indices(geometry)
         tiles, p = tiling.queries.shape
         device = qkv.device
-        kv = qkv[:, :, :, 1:]
+        # split / unbind rather than index: their backward writes each gradient into one
+        # buffer, where indexing allocates and zero-fills a full-size gradient per part
+        q_part, kv = qkv.split([1, 2], dim=3)
         if not geometry.circular:
             kv = torch.cat([kv, kv.new_zeros(b, 1, *kv.shape[2:])], dim=1)
         s = tiling.halo.shape[1]
         kv = kv.index_select(1, tiling.halo.reshape(-1).to(device)).view(
             b, tiles, s, g_key, 2, heads, d
         )
-        k = kv[:, :, :, :, 0].permute(0, 1, 4, 2, 3, 5).reshape(b * tiles, heads, s * g_key, d)
-        v = kv[:, :, :, :, 1].permute(0, 1, 4, 2, 3, 5).reshape(b * tiles, heads, s * g_key, d)
+        k, v = (
+            part.permute(0, 1, 4, 2, 3, 5).reshape(b * tiles, heads, s * g_key, d)
+            for part in kv.unbind(4)
+        )
         q = (
-            qkv[:, :, :, 0]
+            q_part.squeeze(3)
             .index_select(1, tiling.queries.reshape(-1).to(device))
             .view(b, tiles, p, g_key, heads, d)
         )
