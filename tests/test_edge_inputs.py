@@ -194,6 +194,11 @@ LAYERS: list[tuple[str, Callable[[], nn.Module], Callable[[int], torch.Tensor]]]
         lambda: attention.LiftingSelfAttention(2, 4, "C4", num_heads=2, neighbourhood=3),
         _images_of(2, 6),
     ),
+    (  # heads wider than the input: attention over the input's channels [x; 1]
+        "LiftingSelfAttention-local-wide",
+        lambda: attention.LiftingSelfAttention(1, 12, "C4", num_heads=2, neighbourhood=3),
+        _images_of(1, 6),
+    ),
     (
         "LiftingSelfAttention-local-query",
         lambda: attention.LiftingSelfAttention(

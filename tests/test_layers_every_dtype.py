@@ -117,6 +117,7 @@ PROMISES: dict[str, tuple[Promise, ...]] = {
     "GroupSelfAttention-local": (Promise(p4m(5), EQ), Promise(D4, EQ)),
     "LiftingSelfAttention": (Promise(p4(5), EQ), Promise(C4, EQ)),
     "LiftingSelfAttention-local": (Promise(p4(6), EQ), Promise(C4, EQ)),
+    "LiftingSelfAttention-local-wide": (Promise(p4(6), EQ), Promise(C4, EQ)),
     "LiftingSelfAttention-local-query": (Promise(p4(6), EQ), Promise(C4, EQ)),
     "MeanPooling": (Promise(TOKENS, INV),),
     # No grid: the contract needs an input type; the mean is symmetric in the 5 tokens.
