@@ -232,23 +232,25 @@ class _RotoTranslationAttention(nn.Module):
         tiling, outside, entries = self._tile_indices(geometry)
         tiles, p = tiling.queries.shape
         device = qkv.device
-        # split / unbind rather than index: their backward writes each gradient into one
-        # buffer, where indexing allocates and zero-fills a full-size gradient per part
-        q_part, kv = qkv.split([1, 2], dim=3)
-        if not geometry.circular:
-            kv = torch.cat([kv, kv.new_zeros(b, 1, *kv.shape[2:])], dim=1)
+        # unbind rather than index: its backward writes the three gradients into one buffer,
+        # where indexing allocates and zero-fills a full-size gradient per part; keys and
+        # values are gathered into their halos separately, so that their gradients are
+        # scattered back to the tokens directly (no halo-sized stack in the backward)
+        q_all, k_all, v_all = qkv.unbind(3)  # (B, N, G_key, heads, d) each
+        if not geometry.circular:  # a zero token for the positions outside the grid
+            k_all = torch.cat([k_all, k_all.new_zeros(b, 1, *k_all.shape[2:])], dim=1)
+            v_all = torch.cat([v_all, v_all.new_zeros(b, 1, *v_all.shape[2:])], dim=1)
         s = tiling.halo.shape[1]
-        kv = kv.index_select(1, tiling.halo.reshape(-1).to(device)).view(
-            b, tiles, s, g_key, 2, heads, d
-        )
+        halo = tiling.halo.reshape(-1).to(device)
         k, v = (
-            part.permute(0, 1, 4, 2, 3, 5).reshape(b * tiles, heads, s * g_key, d)
-            for part in kv.unbind(4)
+            part.index_select(1, halo)
+            .view(b, tiles, s, g_key, heads, d)
+            .permute(0, 1, 4, 2, 3, 5)
+            .reshape(b * tiles, heads, s * g_key, d)
+            for part in (k_all, v_all)
         )
-        q = (
-            q_part.squeeze(3)
-            .index_select(1, tiling.queries.reshape(-1).to(device))
-            .view(b, tiles, p, g_key, heads, d)
+        q = q_all.index_select(1, tiling.queries.reshape(-1).to(device)).view(
+            b, tiles, p, g_key, heads, d
         )
         q = (
             q.expand(b, tiles, p, g, heads, d)
