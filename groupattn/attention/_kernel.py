@@ -422,6 +422,10 @@ def _chunked_backward(
     full = (b, heads, q_len, k_len)
     bias_full = bias.expand(full)
     reduce_dims = [i for i, n in enumerate(bias.shape) if n == 1 and full[i] != 1]
+    # a row whose every key is masked (-inf in the bias; q·k is finite) has no softmax: SDPA
+    # outputs zeros there and passes no gradient through it; softmax alone would give NaN
+    # probabilities, and NaN gradients for every key and value. Found once, from the bias.
+    masked = (bias.amax(dim=-1, keepdim=True) == -math.inf).expand(b, heads, q_len, 1)
     for b0 in range(0, b, batch_chunk):
         b1 = min(b, b0 + batch_chunk)
         k_chunk, v_chunk = key[b0:b1], value[b0:b1]
@@ -430,12 +434,8 @@ def _chunked_backward(
             q_chunk, do_chunk = query[b0:b1, :, r0:r1], grad_out[b0:b1, :, r0:r1]
             logits = torch.matmul(q_chunk, k_chunk.transpose(-1, -2)).mul_(scale)
             logits.add_(bias_full[b0:b1, :, r0:r1])
-            # a row whose every key is masked (-inf) has no softmax: SDPA outputs zeros
-            # there and passes no gradient through it; softmax alone would give NaN
-            # probabilities, and NaN gradients for every key and value
-            masked_rows = logits.amax(dim=-1, keepdim=True) == -math.inf
-            probs = torch.softmax(logits, dim=-1).masked_fill_(masked_rows, 0.0)
-            del logits, masked_rows
+            probs = torch.softmax(logits, dim=-1).masked_fill_(masked[b0:b1, :, r0:r1], 0.0)
+            del logits
             grad_v[b0:b1] += torch.matmul(probs.transpose(-1, -2), do_chunk)
             row_dot = (do_chunk * out[b0:b1, :, r0:r1]).sum(-1, keepdim=True)
             d_logits = torch.matmul(do_chunk, v_chunk.transpose(-1, -2)).sub_(row_dot).mul_(probs)
