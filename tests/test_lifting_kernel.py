@@ -205,6 +205,24 @@ def test_input_space_path_only_where_it_pays_and_for_plain_projections() -> None
     torch.testing.assert_close(single.double(), double, rtol=1e-4, atol=1e-5)
 
 
+def test_projections_without_bias_on_the_head_width_factorised_path() -> None:
+    """A plain projection without bias (heads no wider than the input, so the head-width
+    factorised kernel) used to index the missing bias (attack round 8)."""
+    torch.manual_seed(3)
+    layer = LiftingSelfAttention(3, 8, "C4", num_heads=2, head_dim=2, neighbourhood=3).double()
+    for p in layer.encoding.parameters():
+        torch.nn.init.normal_(p)
+    old = layer.proj
+    layer.proj = torch.nn.Linear(old.in_features, old.out_features, bias=False).double()
+    layer.proj.weight.data.copy_(old.weight.data)
+    x = torch.randn(2, 3, 6, 6, dtype=torch.float64)
+    with attention_implementation("factorised"):
+        ours = layer(x)
+    with attention_implementation("sdpa"):
+        tiled = layer(x)
+    torch.testing.assert_close(ours, tiled, rtol=1e-11, atol=1e-12)
+
+
 # ---------------------------------------------------------------- lifting convolution
 
 

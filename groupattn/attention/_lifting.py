@@ -275,7 +275,7 @@ class LiftingSelfAttention(_RotoTranslationAttention):
                     channels = local.permute(1, 3, 2, 0, 4, 5).reshape(
                         heads * d, -1
                     )  # (heads·d, G·B·H·W)
-                    out = torch.addmm(self.proj.bias[:, None], self.proj.weight, channels)
+                    out = self._project_folded(self.proj.weight, channels)
                     # explicit sizes: with an empty batch a -1 would be ambiguous
                     out = out.view(self.proj.out_features, g, b, height, width)
                     return out.permute(2, 0, 1, 3, 4)  # (B, C, G, H, W)
