@@ -17,6 +17,11 @@ from ._kernel import attend, attend_shared_query_windows, choose_implementation
 __all__ = ["LiftingSelfAttention"]
 
 
+def _is_plain_linear(module: nn.Module) -> bool:
+    """A plain ``nn.Linear`` without hooks: its product may be taken in any layout, or folded."""
+    return type(module) is nn.Linear and not module._forward_hooks and not module._forward_pre_hooks
+
+
 @sealed
 class LiftingSelfAttention(_RotoTranslationAttention):
     """Lifting self-attention: ``(B, in_channels, H, W) → (B, dim, |H|, H, W)``.
@@ -96,15 +101,6 @@ class LiftingSelfAttention(_RotoTranslationAttention):
             encoding_hidden,
         )
 
-    def _plain_qkv(self) -> bool:
-        """Whether the projection is a plain ``nn.Linear`` (its product may be taken in any layout)."""
-        linear = self.qkv
-        return (
-            type(linear) is nn.Linear
-            and not linear._forward_hooks
-            and not linear._forward_pre_hooks
-        )
-
     def _channels_first_qkv(
         self, x: torch.Tensor, heads: int, d: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -125,11 +121,7 @@ class LiftingSelfAttention(_RotoTranslationAttention):
     def _input_space_pays(self, x: torch.Tensor) -> bool:
         """Whether attending over the input's ``C_in + 1`` channels is narrower than over the
         heads' ``d`` (and the output projection a plain ``nn.Linear`` to fold into)."""
-        proj = self.proj
-        plain_proj = (
-            type(proj) is nn.Linear and not proj._forward_hooks and not proj._forward_pre_hooks
-        )
-        return plain_proj and x.shape[1] + 1 < self.head_dim
+        return _is_plain_linear(self.proj) and x.shape[1] + 1 < self.head_dim
 
     def _input_space_projections(
         self, x: torch.Tensor
@@ -185,14 +177,19 @@ class LiftingSelfAttention(_RotoTranslationAttention):
         return query, lifted, folded
 
     def _attend_in_input_space(
-        self, x: torch.Tensor, table: torch.Tensor, k_side: int, circular: bool
+        self,
+        x: torch.Tensor,
+        projections: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        table: torch.Tensor,
+        k_side: int,
+        circular: bool,
     ) -> torch.Tensor | None:
         """Local lifting attention over the input's channels (see
         ``_input_space_projections``), ``(B, C, G, H, W)``; ``None`` where the factorised
         kernel declines (a bias too spread for its dtype)."""
         b, c_in, height, width = x.shape
         heads, c = self.num_heads, c_in + 1
-        query, lifted, folded = self._input_space_projections(x)
+        query, lifted, folded = projections  # from _input_space_projections(x)
         keys = lifted[:, None].expand(b, heads, c, height, width)
         local = attend_shared_query_windows(
             query, keys, keys, table, k_side, circular, "LiftingSelfAttention"
@@ -244,41 +241,49 @@ class LiftingSelfAttention(_RotoTranslationAttention):
             out = attend(queries, k, v, logits_bias, module="LiftingSelfAttention")
             out = rearrange(out, "b e (g n) d -> b g n (e d)", g=g)
         else:
-            channels_first = vectors is None and self._plain_qkv()
+            channels_first = vectors is None and _is_plain_linear(self.qkv)
             qkv = None if channels_first else self.qkv(tokens)
             if vectors is None:  # additive bias only: the problem also has the factorised form
                 k_side = int(self.neighbourhood or 1)
                 window = k_side * k_side
-                if channels_first:
+                # attend over the input's channels when the heads are wider, else over the
+                # heads': only the chosen form's projections are computed
+                input_space = channels_first and self._input_space_pays(x)
+                if input_space:
+                    projections = self._input_space_projections(x)
+                    probe = projections[0]
+                elif channels_first:
                     q, k, v = self._channels_first_qkv(x, heads, d)  # (B, heads, d, H, W)
+                    probe = q
                 else:
                     assert qkv is not None
                     q, k, v = qkv.view(b, height, width, 3, heads, d).permute(3, 0, 4, 5, 1, 2)
+                    probe = q
                 table = (
                     bias.reshape(heads, g, window)
                     if bias is not None
-                    else q.new_zeros(heads, g, window)
+                    else probe.new_zeros(heads, g, window)
                 )
-                choice = choose_implementation(q, window_bias=table, module="LiftingSelfAttention")
-                local = None
-                if choice == "factorised" and channels_first and self._input_space_pays(x):
-                    low = self._attend_in_input_space(x, table, k_side, geometry.circular)
+                choice = choose_implementation(
+                    probe, window_bias=table, module="LiftingSelfAttention"
+                )
+                if choice == "factorised" and input_space:
+                    low = self._attend_in_input_space(
+                        x, projections, table, k_side, geometry.circular
+                    )
                     if low is not None:
                         return low
-                if choice == "factorised":  # one content weight per pixel for all slices
+                elif choice == "factorised":  # one content weight per pixel for all slices
                     local = attend_shared_query_windows(
                         q, k, v, table, k_side, geometry.circular, "LiftingSelfAttention"
                     )
-                if (
-                    local is not None
-                ):  # (B, heads, G, d, H, W): project channels as one matrix product
-                    channels = local.permute(1, 3, 2, 0, 4, 5).reshape(
-                        heads * d, -1
-                    )  # (heads·d, G·B·H·W)
-                    out = self._project_folded(self.proj.weight, channels)
-                    # explicit sizes: with an empty batch a -1 would be ambiguous
-                    out = out.view(self.proj.out_features, g, b, height, width)
-                    return out.permute(2, 0, 1, 3, 4)  # (B, C, G, H, W)
+                    if local is not None:
+                        # (B, heads, G, d, H, W): project channels as one matrix product
+                        channels = local.permute(1, 3, 2, 0, 4, 5).reshape(heads * d, -1)
+                        out = self._project_folded(self.proj.weight, channels)
+                        # explicit sizes: with an empty batch a -1 would be ambiguous
+                        out = out.view(self.proj.out_features, g, b, height, width)
+                        return out.permute(2, 0, 1, 3, 4)  # (B, C, G, H, W)
             # content × position term, a bias too spread for the factorised kernel, or "sdpa" /
             # "chunked" forced: the tiled path through attend
             if qkv is None:
