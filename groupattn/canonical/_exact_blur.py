@@ -20,16 +20,31 @@ tied to absolute positions — unless every sum is exact. So:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
 
-__all__ = ["circulant_matrix", "integer_circulant_row", "quantize_per_sample", "significand_bits"]
+__all__ = [
+    "blur_exactly",
+    "circulant_matrix",
+    "gaussian_weight",
+    "integer_circulant_row",
+    "quantize_per_sample",
+    "significand_bits",
+]
 
 
 def significand_bits(dtype: torch.dtype) -> int:
     """The significand of a score dtype in bits (53 for float64, 24 for float32)."""
     return {torch.float64: 53, torch.float32: 24}[dtype]
+
+
+def gaussian_weight(offset: int, sigma: float) -> float:
+    """``exp(−(offset/σ)² / 2)`` for any finite ``σ > 0``: 1 at offset 0, and 0 beyond ``40σ``
+    (where it would underflow anyway; the square would overflow for a tiny ``σ``)."""
+    t = abs(offset) / sigma
+    return 0.0 if t > 40.0 else math.exp(-0.5 * t * t)
 
 
 def integer_circulant_row(
@@ -98,3 +113,28 @@ def quantize_per_sample(x: torch.Tensor, levels: float) -> torch.Tensor:
     usable = torch.logical_and(torch.isfinite(scale), scale > 0)
     q = x / torch.where(usable, scale, torch.ones_like(scale))
     return q.mul_(levels).round_()  # in place: one temporary
+
+
+def blur_exactly(
+    x: torch.Tensor, left: torch.Tensor, right: torch.Tensor, levels: float
+) -> torch.Tensor:
+    """``left · q · right`` with ``q = quantize_per_sample(x, levels)``: exact integer arithmetic.
+
+    Parameters
+    ----------
+    x
+        ``(B, C, H, W)`` in float64 (or float32 on a device without it).
+    left, right
+        Integer matrices ``(H, H)`` and ``(W, W)`` (float64, any device; moved to ``x``'s),
+        sized with ``levels`` so that every partial sum stays below ``2**(significand − 1)``.
+    levels
+        The quantization levels (a power of two).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, C, H, W)``: integers in the dtype of ``x``.
+    """
+    left = left.to(device=x.device, dtype=x.dtype)
+    right = right.to(device=x.device, dtype=x.dtype)
+    return torch.matmul(torch.matmul(left, quantize_per_sample(x, levels)), right)

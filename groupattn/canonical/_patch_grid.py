@@ -102,9 +102,10 @@ from ..groups._products import _FiniteRotoTranslationGroup
 from ..positional._constants import constant_cache
 from ._argmax import argmax_with_margin
 from ._exact_blur import (
+    blur_exactly,
     circulant_matrix,
+    gaussian_weight,
     integer_circulant_row,
-    quantize_per_sample,
     significand_bits,
 )
 from ._polyphase import _check_stride, _gather_roll
@@ -555,12 +556,6 @@ class PatchGridAnchor(nn.Module):
 # ---------------------------------------------------------------- centre anchoring
 
 
-def _gaussian_weight(offset: int, sigma: float) -> float:
-    """``exp(−(offset/σ)² / 2)``, without overflow for tiny ``σ`` (0 beyond 40σ)."""
-    t = abs(offset) / sigma
-    return 0.0 if t > 40.0 else math.exp(-0.5 * t * t)
-
-
 @constant_cache(maxsize=32)
 def _blur_matrices(
     size: int, sigma: float, offset: int, box: int, mantissa: int
@@ -569,7 +564,7 @@ def _blur_matrices(
     # ceil(3σ) taps each side, at most 64 turns of the torus (wider is flat to 13 bits);
     # exp(−(d/σ)²/2) stays finite for any finite σ > 0 (0 beyond 40σ, 1 at d = 0)
     r = max(1, math.ceil(min(3 * sigma, 64 * size)))
-    taps = [(d, _gaussian_weight(d, sigma)) for d in range(-r, r + 1)]
+    taps = [(d, gaussian_weight(d, sigma)) for d in range(-r, r + 1)]
     # 13 bits of weights in float64 (5 in float32); symmetric, so K is its own transpose
     # and the same matrix for a turned or reflected image
     row = integer_circulant_row(taps, size, (mantissa - 1) // 4)
@@ -623,9 +618,7 @@ def _integer_blur(x: torch.Tensor, sigma: float, offset: int = 0, box: int = 1) 
     left, right, levels = _blur_matrices(
         int(x.shape[-1]), sigma, offset, box, significand_bits(x.dtype)
     )
-    left = left.to(device=x.device, dtype=x.dtype)
-    right = right.to(device=x.device, dtype=x.dtype)
-    return torch.matmul(torch.matmul(left, quantize_per_sample(x, levels)), right)
+    return blur_exactly(x, left, right, levels)
 
 
 def _centre_scores(x: torch.Tensor, sigma: float, window: int) -> torch.Tensor:

@@ -14,9 +14,10 @@ from .._errors import ConfigurationError, ShapeError
 from ..actions import GridField, TokenField, torus_stride
 from ..canonical import PolyphaseAnchor
 from ..canonical._exact_blur import (
+    blur_exactly,
     circulant_matrix,
+    gaussian_weight,
     integer_circulant_row,
-    quantize_per_sample,
     significand_bits,
 )
 from ..canonical._polyphase import Norm
@@ -33,11 +34,7 @@ __all__ = ["PatchEmbedding"]
 def _gaussian_taps(sigma: float, size: int) -> tuple[tuple[int, float], ...]:
     """``(offset, weight)`` of a circular Gaussian of width ``sigma`` on a cycle of ``size``; weights sum to 1."""
     radius = math.ceil(min(3.0 * sigma, (size - 1) // 2))
-    # exp(−(k/σ)²/2) without overflow for a tiny σ (0 beyond 40σ, 1 at k = 0)
-    taps = [
-        (k, 0.0 if abs(k) > 40.0 * sigma else math.exp(-0.5 * (k / sigma) ** 2))
-        for k in range(-radius, radius + 1)
-    ]
+    taps = [(k, gaussian_weight(k, sigma)) for k in range(-radius, radius + 1)]
     total = sum(w for _, w in taps)
     return tuple((k, w / total) for k, w in taps)
 
@@ -72,10 +69,7 @@ def _exact_blur(energy: torch.Tensor, taps: Any) -> torch.Tensor:
     left, right, levels = _blur_operators(
         taps, (int(energy.shape[-2]), int(energy.shape[-1])), significand_bits(energy.dtype)
     )
-    q = quantize_per_sample(energy, levels)
-    left = left.to(device=energy.device, dtype=energy.dtype)
-    right = right.to(device=energy.device, dtype=energy.dtype)
-    return torch.matmul(torch.matmul(left, q), right)
+    return blur_exactly(energy, left, right, levels)
 
 
 def _check_image(module: str, x: torch.Tensor, channels: int, size: tuple[int, int]) -> None:
