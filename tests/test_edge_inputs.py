@@ -48,7 +48,8 @@ def test_model_empty_batch_gives_empty_logits(
     built: dict[tuple[str, bool], nn.Module], name: str, equivariant: bool
 ) -> None:
     model = built[name, equivariant]
-    classes = model.head.out_features  # type: ignore[union-attr]
+    with torch.no_grad():
+        classes = model(_images(name, 1)).shape[1]
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("error")  # no "degrees of freedom" or reshape warnings either
         out = model(_images(name, 0))
@@ -240,6 +241,12 @@ LAYERS: list[tuple[str, Callable[[], nn.Module], Callable[[int], torch.Tensor]]]
         _lifted(4, 4, 5),
     ),
     ("GroupGlobalPool", lambda: gnn.GroupGlobalPool("C4"), _lifted(4, 4, 4)),
+    ("OrbitPooledLinear", lambda: gnn.OrbitPooledLinear(4, 5, "D4"), _lifted(4, 8, 4)),
+    (
+        "OrbitPooledLinear-mean",
+        lambda: gnn.OrbitPooledLinear(4, 3, "C4", spatial="mean", bias=False),
+        _lifted(4, 4, 5),
+    ),
     ("GroupLayerNorm", lambda: gnn.GroupLayerNorm(4, "D4"), _lifted(4, 8, 4)),
     ("GroupMLP", lambda: gnn.GroupMLP(4, 8, "C4", out_dim=6), _lifted(4, 4, 4)),
     ("GroupPooling", lambda: gnn.GroupPooling("C4", "mean"), _lifted(4, 4, 4)),

@@ -51,6 +51,7 @@ from groupattn.nn import (
     GroupPooling,
     LiftedAvgPool,
     LiftedPolyphaseDownsample,
+    OrbitPooledLinear,
     PatchMerging,
 )
 from groupattn.positional import (
@@ -273,6 +274,13 @@ LAYERS: list[tuple[str, Callable[[], nn.Module], tuple[int, ...], tuple[int, ...
         (2, 3, 4, 4, 4),
         (2, 3, 2, 4, 4),
         r"GroupGlobalPool: expected a lifted field \(B, C, \|C4\|=4, H, W\)",
+    ),
+    (
+        "OrbitPooledLinear",
+        lambda: OrbitPooledLinear(3, 5, "C4"),
+        (2, 3, 4, 4, 4),
+        (2, 3, 2, 4, 4),
+        r"OrbitPooledLinear: expected a lifted field \(B, C=3, \|C4\|=4, H, W\)",
     ),
     (
         "GroupLayerNorm",

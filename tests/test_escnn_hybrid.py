@@ -30,6 +30,7 @@ from groupattn.groups import CyclicGroup, DihedralGroup, PointGroup, group_from_
 from groupattn.interop import (  # noqa: E402
     GeometricGroupAttention,
     GeometricGroupBlock,
+    GeometricInvariantReadout,
     WindowedGridField,
     escnn_compatibility,
     escnn_grid_type,
@@ -41,6 +42,7 @@ from groupattn.interop import (  # noqa: E402
     to_escnn_element,
 )
 from groupattn.models import create, get_spec, list_models  # noqa: E402
+from groupattn.nn import OrbitPooledLinear  # noqa: E402
 from groupattn.testing import relative_error  # noqa: E402
 
 register_escnn_contracts()
@@ -373,6 +375,63 @@ def test_adapter_refuses_wrong_types() -> None:
         )
 
 
+@pytest.mark.parametrize("group", GROUPS, ids=repr)
+def test_invariant_readout_between_escnn_modules(group: PointGroup) -> None:
+    """escnn conv → ``GeometricInvariantReadout(OrbitPooledLinear)``: invariant under every
+    element, exactly as its contract says, and the certificate covers the whole network."""
+    _, trivial, regular = _types(group, fields=3)
+    conv = _conv(trivial, regular, kernel_size=3, padding=1)
+    readout = GeometricInvariantReadout(OrbitPooledLinear(3, 5, group), regular)
+    contract = readout.contract(group)
+    assert contract.kind == Status.INVARIANT, contract.describe()
+    assert contract.input_type == escnn_grid_type(regular, group)
+    assert contract.output_type == InvariantField()
+
+    class Network(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.readout = conv, readout
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.readout(self.conv(enn.GeometricTensor(x, trivial)))
+
+    network = Network().double().eval()
+    refresh_filters(network)
+    x = torch.randn(2, trivial.size, 9, 9, dtype=torch.float64)
+    field = GridField()
+    with torch.no_grad():
+        y = network(x)
+        assert y.shape == (2, 5)
+        for g in group.elements():
+            assert relative_error(network(field.act(group, g, x)), y) <= TOL
+    cert = certify(network, x, group.name.lower())
+    assert cert.verdict == Status.INVARIANT, cert.to_text()
+
+
+def test_invariant_readout_passes_on_what_its_module_promises() -> None:
+    from groupattn import ShapeError
+    from groupattn.nn import GroupMLP, GroupPooling
+
+    _, trivial, regular = _types(C4, fields=2)
+    # lifted → lifted is not a read-out: unverified, with the reason
+    not_invariant = GeometricInvariantReadout(GroupMLP(2, 4, "C4"), regular).contract(C4)
+    assert not_invariant.kind == Status.UNVERIFIED
+    assert "not lifted → invariant" in not_invariant.reason
+    # a C4 read-out promises nothing for the reflections of D4
+    narrow = GeometricInvariantReadout(OrbitPooledLinear(2, 3, "C4"), regular).contract(D4)
+    assert narrow.kind == Status.UNVERIFIED
+    with pytest.raises(ShapeError, match="GeometricInvariantReadout: expected a GeometricTensor"):
+        GeometricInvariantReadout(OrbitPooledLinear(2, 3, "C4"), regular)(torch.randn(1, 8, 3, 3))
+    with pytest.raises(ShapeError, match="expected its module to return"):
+        GeometricInvariantReadout(GroupPooling("C4"), regular)(
+            enn.GeometricTensor(torch.randn(1, 8, 3, 3), regular)
+        )
+    from groupattn import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="regular representation"):
+        GeometricInvariantReadout(OrbitPooledLinear(2, 3, "C4"), trivial)
+
+
 def test_geometric_tensor_is_a_pytree_node() -> None:
     _, _, regular = _types(C4)
     g = enn.GeometricTensor(torch.randn(1, regular.size, 3, 3), regular)
@@ -453,6 +512,22 @@ def test_baseline_is_rejected_with_a_reason() -> None:
     assert cert.first_break is not None
     assert "R2Conv on a C1 gspace" in cert.first_break.reason
     assert cert.verification is not None and cert.verification.max_error > 1e-6
+
+
+def test_readouts_of_the_model() -> None:
+    """``readout="orbit"`` (default) and the per-field group pooling of ``"pool"`` are both
+    certified invariant; an unknown read-out is refused by name."""
+    from groupattn import ConfigurationError
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 1, 12, 12)
+    for readout in ("orbit", "pool"):
+        model = create("escnn_hybrid", readout=readout, stem_dilations=(1,))
+        cert = certify(model, x, "c4", verify=True)
+        assert cert.verdict == Status.INVARIANT, (readout, cert.to_text())
+        assert model(x[:0]).shape == (0, 10)
+    with pytest.raises(ConfigurationError, match="EscnnHybrid: expected readout 'orbit' or 'pool'"):
+        create("escnn_hybrid", readout="mean")
 
 
 def test_model_trains_and_keeps_exact_filters() -> None:

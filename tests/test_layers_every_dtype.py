@@ -134,6 +134,8 @@ PROMISES: dict[str, tuple[Promise, ...]] = {
     "ClassTokenReadout": (Promise(TOKENS, INV),),
     "GroupBlock": (Promise(p4(5), EQ), Promise(C4, EQ)),
     "GroupGlobalPool": (Promise(p4(4), INV),),
+    "OrbitPooledLinear": (Promise(p4m(4), INV), Promise(D4, INV)),
+    "OrbitPooledLinear-mean": (Promise(p4(5), INV), Promise(C4, INV)),
     "GroupLayerNorm": (Promise(p4m(4), EQ), Promise(D4, EQ)),
     "GroupMLP": (Promise(p4(4), EQ),),
     "GroupPooling": (Promise(p4(4), EQ),),

@@ -103,6 +103,7 @@ VOCABULARY = {
     "lift_skip",
     "downsample",
     "attention",
+    "readout",
     # wrappers of a user's network (groupattn.nn.FrameAveraging, Canonicalized,
     # LearnedCanonicalizer)
     "backbone",

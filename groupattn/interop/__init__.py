@@ -37,13 +37,19 @@ from ._escnn_contracts import (
     register_escnn_contracts,
     steerability_error,
 )
-from ._geometric import GeometricGroupAttention, GeometricGroupBlock, GeometricLifted
+from ._geometric import (
+    GeometricGroupAttention,
+    GeometricGroupBlock,
+    GeometricInvariantReadout,
+    GeometricLifted,
+)
 
 __all__ = [
     "ESCNN_CONTRACT_CLASSES",
     "FILTER_TOLERANCE",
     "GeometricGroupAttention",
     "GeometricGroupBlock",
+    "GeometricInvariantReadout",
     "GeometricLifted",
     "WindowedGridField",
     "escnn_compatibility",

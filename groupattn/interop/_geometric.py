@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from .._errors import ConfigurationError, ShapeError
-from ..actions import FieldType, LiftedField
+from ..actions import FieldType, InvariantField, LiftedField
 from ..attention import GroupSelfAttention
 from ..contracts import Contract, Status, contract_of
 from ..groups import Group, GroupError, PointGroup
@@ -24,7 +24,12 @@ from ..nn import GroupBlock
 from ._escnn import gspace_point_group
 from ._escnn_contracts import _enn, escnn_grid_type, register_escnn_contracts
 
-__all__ = ["GeometricGroupAttention", "GeometricGroupBlock", "GeometricLifted"]
+__all__ = [
+    "GeometricGroupAttention",
+    "GeometricGroupBlock",
+    "GeometricInvariantReadout",
+    "GeometricLifted",
+]
 
 
 def _regular_fields(field_type: Any, what: str) -> tuple[PointGroup, int]:
@@ -192,3 +197,92 @@ class GeometricGroupBlock(GeometricLifted):
     def __init__(self, in_type: Any, **kwargs: Any) -> None:
         pg, n = _regular_fields(in_type, "GeometricGroupBlock in_type")
         super().__init__(GroupBlock(n, pg, **kwargs), in_type, in_type)
+
+
+class GeometricInvariantReadout(nn.Module):
+    """Read an escnn ``GeometricTensor`` of regular fields out to invariant features with a groupattn module.
+
+    ``GeometricTensor`` of ``N`` regular fields of ``H`` → ``(B, N, |H|, H, W)`` →
+    ``module`` → ``(B, F)`` (a plain tensor). ``module`` maps a
+    [`LiftedField`][groupattn.actions.LiftedField] of ``H`` to an
+    [`InvariantField`][groupattn.actions.InvariantField], e.g.
+    [`OrbitPooledLinear`][groupattn.nn.OrbitPooledLinear] (logits that keep the relative
+    orientation of the fields) or [`GroupGlobalPool`][groupattn.nn.GroupGlobalPool].
+
+    Contract: under a group ``G`` (``H`` or a subgroup acting on the grid), *invariant*
+    from the [`GridField`][groupattn.actions.GridField] of ``in_type`` (see
+    [`escnn_grid_type`][groupattn.interop.escnn_grid_type]) to ``InvariantField`` when
+    ``module``'s contract is invariant ``LiftedField(H) → InvariantField`` under ``G``;
+    *broken* where it is broken, *unverified* otherwise.
+
+    Shapes: ``GeometricTensor (B, N·|H|, H, W) → (B, F)``.
+
+    Parameters
+    ----------
+    module
+        A module from lifted fields of ``H`` to invariant features.
+    in_type
+        The escnn ``FieldType`` of the input: regular fields on one planar gspace.
+
+    Raises
+    ------
+    ConfigurationError
+        For a field type that is not all regular fields of one planar gspace.
+    ShapeError
+        In ``forward``, for an input that is not a ``GeometricTensor`` of ``in_type``, or a
+        module that does not return ``(B, F)``.
+    """
+
+    def __init__(self, module: nn.Module, in_type: Any) -> None:
+        super().__init__()
+        register_escnn_contracts()
+        pg, _ = _regular_fields(in_type, "GeometricInvariantReadout in_type")
+        self.module = module
+        self.in_type = in_type
+        self.point_group: PointGroup = pg
+
+    def forward(self, x: Any) -> torch.Tensor:
+        enn = _enn()
+        name = "GeometricInvariantReadout"
+        if not isinstance(x, enn.GeometricTensor) or x.type != self.in_type:
+            got = repr(x.type) if isinstance(x, enn.GeometricTensor) else type(x).__name__
+            raise ShapeError(f"{name}: expected a GeometricTensor of {self.in_type!r}, got {got}")
+        t = x.tensor
+        if t.dim() != 4:
+            raise ShapeError(
+                f"{name}: expected a GeometricTensor on a 2-D grid (B, C, H, W), got shape {tuple(t.shape)}"
+            )
+        b, _, h, w = t.shape
+        y = self.module(t.reshape(b, len(self.in_type), self.point_group.order(), h, w))
+        if not isinstance(y, torch.Tensor) or y.dim() != 2 or y.shape[0] != b:
+            result = f"shape {tuple(y.shape)}" if isinstance(y, torch.Tensor) else type(y).__name__
+            raise ShapeError(f"{name}: expected its module to return (B={b}, F), got {result}")
+        return y
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        """See the class docstring."""
+        name = "GeometricInvariantReadout"
+        try:
+            in_t = escnn_grid_type(self.in_type, group)
+        except GroupError as err:
+            return Contract.unknown(f"{name}: {err}", input_type)
+        if input_type is not None and input_type != in_t:
+            what = input_type.describe() if isinstance(input_type, FieldType) else repr(input_type)
+            return Contract.unknown(
+                f"{name}: expected input type {in_t.describe()}, got {what}", input_type
+            )
+        inner = contract_of(self.module, group, LiftedField(self.point_group))
+        if inner.kind == Status.BROKEN:
+            return Contract.breaks(f"{name}: {inner.reason}", in_t, InvariantField())
+        if (
+            inner.kind != Status.INVARIANT
+            or inner.output_type != InvariantField()
+            or inner.output_group is not None
+        ):
+            return Contract.unknown(
+                f"{name}: its module promises {inner.describe()}, not lifted → invariant", in_t
+            )
+        return Contract.invariant(in_t, InvariantField())
+
+    def extra_repr(self) -> str:
+        return f"in_type={self.in_type!r}"

@@ -13,7 +13,6 @@ from ..attention import resolve_point_group
 from ..contracts import Contract
 from ..groups import Group, PointGroup
 from ..nn import (
-    GroupGlobalPool,
     GroupLayerNorm,
     GroupPatchMerging,
     GroupWindowBlock,
@@ -22,6 +21,7 @@ from ..nn import (
 from ..positional import LiftedAbsolutePositionalEncoding, LiftedOrbitPositionalEncoding
 from ._group_vit import chain_with_baseline_reason
 from ._inputs import install_input_check
+from ._readout import build_readout, readout_parts
 from ._registry import register_model
 
 __all__ = ["GroupSwin"]
@@ -83,6 +83,10 @@ class GroupSwin(nn.Module):
         Add a [`LiftedOrbitPositionalEncoding`][groupattn.positional.LiftedOrbitPositionalEncoding]
         after the embedding (equivariant model; the baseline always has its free
         per-position embedding).
+    readout
+        ``"orbit"`` (default) or ``"pool"``, as for [`GroupViT`][groupattn.models.GroupViT]:
+        an [`OrbitPooledLinear`][groupattn.nn.OrbitPooledLinear] head, or a max over the
+        group axis of each channel then a ``Linear``.
 
     Raises
     ------
@@ -107,6 +111,7 @@ class GroupSwin(nn.Module):
         embed_kernel: int | None = None,
         mlp_ratio: float = 2.0,
         absolute_position: bool = True,
+        readout: str = "orbit",
     ) -> None:
         super().__init__()
         name = "GroupSwin"
@@ -169,8 +174,8 @@ class GroupSwin(nn.Module):
                 )
         self.stages = nn.Sequential(*layers)
         self.norm = GroupLayerNorm(width, pg)
-        self.pool = GroupGlobalPool(pg, "max", spatial="max")
-        self.head = nn.Linear(width, num_classes)
+        self.readout = readout
+        self.pool, self.head = build_readout(name, readout, width, num_classes, pg)
         install_input_check(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -183,7 +188,7 @@ class GroupSwin(nn.Module):
             ("position", self.position),
             ("stages", self.stages),
             ("norm", self.norm),
-            ("pool", self.pool),
+            *readout_parts(self.pool, self.head),
         ]
         return chain_with_baseline_reason(
             parts,

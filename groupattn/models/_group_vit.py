@@ -14,13 +14,13 @@ from ..contracts import Contract, Status
 from ..groups import Group, PointGroup
 from ..nn import (
     GroupBlock,
-    GroupGlobalPool,
     GroupLayerNorm,
     LiftedPatchEmbedding,
     chain_contract,
 )
 from ..positional import LiftedAbsolutePositionalEncoding, LiftedOrbitPositionalEncoding
 from ._inputs import install_input_check
+from ._readout import build_readout, readout_parts
 from ._registry import register_model
 
 __all__ = ["GroupViT"]
@@ -50,7 +50,8 @@ class GroupViT(nn.Module):
     bias) → ``LiftedOrbitPositionalEncoding`` (a learned absolute position per orbit of
     (group element, position) about the image centre; ``absolute_position=True``) →
     group attention blocks with invariant orbital positional tables → ``GroupLayerNorm``
-    (over channels and group axis) → max over the group axis and over space → ``Linear``. (Max rather than
+    (over channels and group axis) → max over space → the orbit read-out
+    ([`OrbitPooledLinear`][groupattn.nn.OrbitPooledLinear]; see ``readout``). (Max rather than
     mean over space: most of a digit canvas is background, and a spatial mean leaves the
     pooled features of different digits nearly equal — the equivariant model then
     barely trains.) Rotations and reflections
@@ -118,6 +119,18 @@ class GroupViT(nn.Module):
         quarter turns, which it otherwise never sees when trained on upright images. The
         canonicalizer is exactly equivariant under D4, so the contract is unchanged. Needs
         an even image size.
+    readout
+        ``"orbit"`` (default): an [`OrbitPooledLinear`][groupattn.nn.OrbitPooledLinear]
+        head — max over space, then one linear map applied to every turned copy of the
+        ``dim × |H|`` features, the largest logit kept — which keeps the *relative*
+        orientation of the channels. ``"pool"``: the earlier read-out, a max over the
+        group axis of each channel ([`GroupGlobalPool`][groupattn.nn.GroupGlobalPool])
+        then a ``Linear``, which reads only ``dim`` numbers and forgets how the channels'
+        orientations relate; it was the main reason the group models learned slower than
+        their baselines (3,750 MNIST digits, 5 epochs, seed 0: 88.2 % with ``"pool"``,
+        90.5 % with ``"orbit"``, baseline 90.0 %; after one epoch 55.4 % against 70.6 %).
+        For the baseline's trivial group the two are the same function with the same
+        initial weights.
     """
 
     def __init__(
@@ -137,6 +150,7 @@ class GroupViT(nn.Module):
         absolute_position: bool = True,
         mix_orientations: bool = True,
         canonicalize_orientation: bool = False,
+        readout: str = "orbit",
     ) -> None:
         super().__init__()
         if image_size % patch_size:
@@ -185,8 +199,8 @@ class GroupViT(nn.Module):
             ]
         )
         self.norm = GroupLayerNorm(dim, pg)
-        self.pool = GroupGlobalPool(pg, "max", spatial="max")
-        self.head = nn.Linear(dim, num_classes)
+        self.readout = readout
+        self.pool, self.head = build_readout("GroupViT", readout, dim, num_classes, pg)
         install_input_check(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -202,7 +216,7 @@ class GroupViT(nn.Module):
             ("position", self.position),
             ("blocks", self.blocks),
             ("norm", self.norm),
-            ("pool", self.pool),
+            *readout_parts(self.pool, self.head),
         ]
         return chain_with_baseline_reason(
             parts,

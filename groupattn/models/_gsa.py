@@ -16,7 +16,6 @@ from ..groups import CyclicGroup, Group, PointGroup
 from ..nn import (
     GroupBlock,
     GroupConvolution,
-    GroupGlobalPool,
     GroupLayerNorm,
     LiftedPolyphaseDownsample,
     LiftingConvolution,
@@ -24,6 +23,7 @@ from ..nn import (
     chain_contract,
 )
 from ._inputs import install_input_check
+from ._readout import build_readout, readout_parts
 from ._registry import register_model
 
 __all__ = ["GSANet"]
@@ -54,8 +54,8 @@ class GSANet(nn.Module):
     Default (``stem="lifting"``): ``LiftingConvolution`` 3 × 3 → ``GroupConvolution``
     3 × 3 per further entry of ``stem_dilations`` (GELU after each) → a 1 × 1
     ``GroupConvolution`` to ``dim`` → ``GroupBlock × depth`` (group self-attention) →
-    ``GroupLayerNorm`` → ``GroupGlobalPool`` (max over the group axis and, by default,
-    space) → ``Linear``. Every layer works at full resolution on the torus, so the logits
+    ``GroupLayerNorm`` → ``OrbitPooledLinear`` (max over space by default, then one
+    linear map on every turned copy of the features, the largest logit kept). Every layer works at full resolution on the torus, so the logits
     are exactly invariant to circular translations and to the point group (p4 / p4m as a
     whole). GSA-Nets' own lifting self-attention is kept behind ``stem="symmetric"``:
     ``SymmetricConvStem × len(stem_dilations)`` (circular D4-symmetric 3 × 3 kernels,
@@ -118,6 +118,11 @@ class GSANet(nn.Module):
         Stride of a [`LiftedPolyphaseDownsample`][groupattn.nn.LiftedPolyphaseDownsample] between the lift
         and the group blocks (``1``: none, full resolution throughout). Anchored, so the
         logits stay exactly invariant; the blocks then cost ``downsample²`` times less.
+    readout
+        ``"orbit"`` (default) or ``"pool"``, as for [`GroupViT`][groupattn.models.GroupViT]:
+        an [`OrbitPooledLinear`][groupattn.nn.OrbitPooledLinear] head (spatial pooling
+        ``pool``, then one linear map on every turned copy of the features, the largest
+        kept), or ``GroupGlobalPool`` then a ``Linear``.
 
     Notes
     -----
@@ -150,6 +155,7 @@ class GSANet(nn.Module):
         lift_skip: str = "convolution",
         downsample: int = 1,
         stem: str = "lifting",
+        readout: str = "orbit",
     ) -> None:
         super().__init__()
         self.equivariant = equivariant
@@ -225,8 +231,8 @@ class GSANet(nn.Module):
             common["grid"] = image_size // downsample
         self.blocks = nn.Sequential(*[GroupBlock(dim, pg, **common) for _ in range(depth)])
         self.norm = GroupLayerNorm(dim, pg)
-        self.pool = GroupGlobalPool(pg, "max", spatial=pool)
-        self.head = nn.Linear(dim, num_classes)
+        self.readout = readout
+        self.pool, self.head = build_readout("GSANet", readout, dim, num_classes, pg, spatial=pool)
         install_input_check(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -244,7 +250,7 @@ class GSANet(nn.Module):
             ("downsample", self.downsample),
             ("blocks", self.blocks),
             ("norm", self.norm),
-            ("pool", self.pool),
+            *readout_parts(self.pool, self.head),
         ]
         contract = chain_contract(parts, group, input_type)
         # the skip runs beside the lifting attention: the sum is equivariant only if both branches are

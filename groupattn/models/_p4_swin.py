@@ -68,7 +68,7 @@ class P4Swin(AnchoredModel, GroupSwin):
         p4 / p4m-invariant model or plain Swin baseline.
     point_group
         ``"C4"`` (p4) or ``"D4"`` (p4m).
-    in_channels, num_classes, image_size, patch_size, dim, depths, num_heads, window_size, shift, embed_kernel, mlp_ratio
+    in_channels, num_classes, image_size, patch_size, dim, depths, num_heads, window_size, shift, embed_kernel, mlp_ratio, readout
         As for [`GroupSwin`][groupattn.models.GroupSwin].
     anchoring
         ``"centre"`` ([`CentreAnchor`][groupattn.canonical.CentreAnchor] with its default
@@ -107,6 +107,7 @@ class P4Swin(AnchoredModel, GroupSwin):
         embed_kernel: int | None = None,
         mlp_ratio: float = 2.0,
         anchoring: str = "centre",
+        readout: str = "orbit",
     ) -> None:
         anchoring = check_anchored_arguments("P4Swin", image_size, anchoring)
         super().__init__(
@@ -126,6 +127,7 @@ class P4Swin(AnchoredModel, GroupSwin):
             # the centre anchor leaves only turns about the centre: invariant absolute
             # positions are allowed; the patch anchor leaves shifts by the period
             absolute_position=anchoring == "centre",
+            readout=readout,
         )  # the group Swin's layers (and its input check), registered on this module
         self.image_size = image_size
         self.anchoring = anchoring

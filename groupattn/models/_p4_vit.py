@@ -61,7 +61,7 @@ class P4ViT(AnchoredModel, GroupViT):
         p4 / p4m-invariant model or plain ViT baseline.
     point_group
         ``"C4"`` (p4) or ``"D4"`` (p4m).
-    in_channels, num_classes, image_size, patch_size, dim, depth, num_heads, encoding, embed_bias, embed_kernel
+    in_channels, num_classes, image_size, patch_size, dim, depth, num_heads, encoding, embed_bias, embed_kernel, readout
         As for [`GroupViT`][groupattn.models.GroupViT].
     anchoring
         ``"centre"`` ([`CentreAnchor`][groupattn.canonical.CentreAnchor] with its default
@@ -99,6 +99,7 @@ class P4ViT(AnchoredModel, GroupViT):
         embed_kernel: int | None = None,
         anchoring: str = "centre",
         canonicalize_orientation: bool = False,
+        readout: str = "orbit",
     ) -> None:
         anchoring = check_anchored_arguments("P4ViT", image_size, anchoring)
         if canonicalize_orientation and equivariant and anchoring != "centre":
@@ -124,6 +125,7 @@ class P4ViT(AnchoredModel, GroupViT):
             # positions are allowed; the patch anchor leaves shifts by the patch size
             absolute_position=anchoring == "centre",
             canonicalize_orientation=canonicalize_orientation,
+            readout=readout,
         )  # the group ViT's layers (and its input check), registered on this module
         self.image_size = image_size
         self.anchoring = anchoring

@@ -16,6 +16,7 @@ from ._group import (
     GroupPooling,
     LiftedAvgPool,
     LiftedPolyphaseDownsample,
+    OrbitPooledLinear,
     SymmetricConvStem,
 )
 from ._group_patch import GroupConvolution, LiftedPatchEmbedding, LiftingConvolution
@@ -47,6 +48,7 @@ __all__ = [
     "LiftedPolyphaseDownsample",
     "LiftedUpsample",
     "LiftingConvolution",
+    "OrbitPooledLinear",
     "PatchEmbedding",
     "PatchMerging",
     "SymmetricConvStem",
