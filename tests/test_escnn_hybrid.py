@@ -416,7 +416,7 @@ def test_invariant_readout_passes_on_what_its_module_promises() -> None:
     # lifted → lifted is not a read-out: unverified, with the reason
     not_invariant = GeometricInvariantReadout(GroupMLP(2, 4, "C4"), regular).contract(C4)
     assert not_invariant.kind == Status.UNVERIFIED
-    assert "not lifted → invariant" in not_invariant.reason
+    assert "→ invariant" in not_invariant.reason and "promises equivariant" in not_invariant.reason
     # a C4 read-out promises nothing for the reflections of D4
     narrow = GeometricInvariantReadout(OrbitPooledLinear(2, 3, "C4"), regular).contract(D4)
     assert narrow.kind == Status.UNVERIFIED
@@ -430,6 +430,15 @@ def test_invariant_readout_passes_on_what_its_module_promises() -> None:
 
     with pytest.raises(ConfigurationError, match="regular representation"):
         GeometricInvariantReadout(OrbitPooledLinear(2, 3, "C4"), trivial)
+    # attack round 9: a module for another point group of the same order (C4 on D2's
+    # regular fields) is refused when built, and promises nothing if swapped in later
+    d2 = gspaces.flipRot2dOnR2(2)
+    d2_fields = enn.FieldType(d2, [d2.regular_repr] * 2)
+    with pytest.raises(ConfigurationError, match="expected a module for the point group D2"):
+        GeometricInvariantReadout(OrbitPooledLinear(2, 3, "C4"), d2_fields)
+    swapped = GeometricInvariantReadout(OrbitPooledLinear(2, 3, "D2"), d2_fields)
+    swapped.module = OrbitPooledLinear(2, 3, "C4")
+    assert swapped.contract(CyclicGroup(2)).kind == Status.UNVERIFIED
 
 
 def test_geometric_tensor_is_a_pytree_node() -> None:

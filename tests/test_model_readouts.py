@@ -9,6 +9,7 @@ import torch
 
 from groupattn import ConfigurationError
 from groupattn.check import Status, certify
+from groupattn.groups import CyclicGroup
 from groupattn.models import create
 from groupattn.nn import GroupGlobalPool, OrbitPooledLinear
 
@@ -64,3 +65,36 @@ def test_an_unknown_readout_names_the_model(name: str) -> None:
     options, _, _ = MODELS[name]
     with pytest.raises(ConfigurationError, match="expected readout 'orbit' or 'pool', got 'mean'"):
         create(name, readout="mean", **options)
+
+
+class _OneOrientation(torch.nn.Module):
+    """A head that reads one orientation of one pixel: not invariant."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(dim, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x[:, :, 0, 0, 0])
+
+
+class _OrbitSubclass(OrbitPooledLinear):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("bck,ock->bo", x[..., 0, 0], self.weight)
+
+
+@pytest.mark.parametrize("name", ["group_vit", "group_swin"])
+def test_a_replaced_head_is_not_taken_on_trust(name: str) -> None:
+    """Attack round 9: after ``model.head = ...`` the model's contract promises nothing
+    (a subclass of OrbitPooledLinear included), and certify finds the break."""
+    options, shape, group = MODELS[name]
+    torch.manual_seed(3)
+    model = create(name, **options).eval()
+    dim = model.head.dim
+    x = torch.randn(2, *shape)
+    for head in (_OneOrientation(dim), _OrbitSubclass(dim, 10, "C4")):
+        model.head = head
+        contract = model.contract(CyclicGroup(4))
+        assert contract.kind == Status.UNVERIFIED, contract.describe()
+        assert "not the model's OrbitPooledLinear read-out" in (contract.reason or "")
+        assert certify(model, x, group, verify=True).verdict == Status.BROKEN

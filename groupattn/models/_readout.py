@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import nn
 
 from .._errors import ConfigurationError
-from ..groups import PointGroup
+from ..contracts import Contract
+from ..groups import Group, PointGroup
 from ..nn import GroupGlobalPool, OrbitPooledLinear
 
 READOUTS = ("orbit", "pool")
@@ -35,6 +38,30 @@ def build_readout(
     raise ConfigurationError(f"{model}: expected readout 'orbit' or 'pool', got {readout!r}")
 
 
+class _UntrustedHead(nn.Module):
+    """Stands for a replaced orbit head in a contract chain: promises nothing."""
+
+    def __init__(self, head: nn.Module) -> None:
+        super().__init__()
+        self.kind = type(head).__name__
+
+    def contract(self, group: Group, input_type: Any = None) -> Contract:
+        return Contract.unknown(
+            f"{self.kind} is not the model's OrbitPooledLinear read-out (replaced after "
+            "construction): its contract is not taken on trust",
+            input_type,
+        )
+
+
 def readout_parts(pool: nn.Module, head: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The read-out's entry in a model's contract chain (the invariant part)."""
-    return [("head", head)] if isinstance(head, OrbitPooledLinear) else [("pool", pool)]
+    """The read-out's entries in a model's contract chain.
+
+    ``"pool"`` models: the pooling (invariant; whatever head follows it stays invariant).
+    ``"orbit"`` models (``pool`` is an ``nn.Identity``): the head itself, trusted only if it
+    is exactly an ``OrbitPooledLinear`` (a head swapped for another module, a subclass
+    included, leaves the contract unverified; [`certify`][groupattn.check.certify]
+    traces it instead).
+    """
+    if isinstance(pool, nn.Identity):
+        return [("head", head if type(head) is OrbitPooledLinear else _UntrustedHead(head))]
+    return [("pool", pool)]

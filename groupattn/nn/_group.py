@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from .._deprecation import DeprecatedAttribute, renamed_arguments
-from .._errors import ConfigurationError, ShapeError
+from .._errors import ConfigurationError, DtypeError, ShapeError
 from .._sealed import sealed
 from ..actions import (
     FieldType,
@@ -199,7 +199,14 @@ class OrbitPooledLinear(EquivariantModule):
     Raises
     ------
     ConfigurationError
-        For sizes below 1 or an unknown ``spatial`` mode.
+        For sizes below 1, an unknown ``spatial`` mode or a ``bias`` that is not a bool.
+    GroupError
+        For an unknown point group.
+    ShapeError
+        In ``forward``, for an input that is not ``(B, dim, |H|, H, W)`` with ``H, W ≥ 1``.
+    DtypeError
+        In ``forward``, for an integer or bool input, or (outside autocast) a floating
+        dtype other than the weights'.
     """
 
     floating_input = True
@@ -222,6 +229,8 @@ class OrbitPooledLinear(EquivariantModule):
             raise ConfigurationError(
                 f"OrbitPooledLinear: expected spatial pooling 'mean' or 'max', got {spatial!r}"
             )
+        if not isinstance(bias, bool):
+            raise ConfigurationError(f"OrbitPooledLinear: expected bias as a bool, got {bias!r}")
         super().__init__(LiftedField(pg), InvariantField(), in_channels=dim)
         self.point_group = pg
         self.dim, self.out_dim, self.spatial = dim, out_dim, spatial
@@ -236,6 +245,16 @@ class OrbitPooledLinear(EquivariantModule):
         self.bias = nn.Parameter(torch.empty(out_dim).uniform_(-bound, bound)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-2] == 0 or x.shape[-1] == 0:
+            raise ShapeError(
+                f"OrbitPooledLinear: expected a lifted field over a non-empty grid, got shape "
+                f"{tuple(x.shape)}"
+            )
+        if x.dtype != self.weight.dtype and not torch.is_autocast_enabled(x.device.type):
+            raise DtypeError(
+                f"OrbitPooledLinear: expected an input of the weights' dtype {self.weight.dtype} "
+                f"(or autocast), got {x.dtype}"
+            )
         pooled = x.amax(dim=(-2, -1)) if self.spatial == "max" else x.mean(dim=(-2, -1))
         if len(self._gather) == 1:  # the trivial group: one candidate, a plain linear layer
             bias = None if self.bias is None else self.bias.to(pooled.dtype)
@@ -251,7 +270,14 @@ class OrbitPooledLinear(EquivariantModule):
         return out if self.bias is None else out + self.bias.to(out.dtype)
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
-        """Invariant ``LiftedField(H) → InvariantField``."""
+        """Invariant ``LiftedField(H) → InvariantField``; unverified for another input type."""
+        expected = LiftedField(self.point_group)
+        if input_type is not None and input_type != expected:
+            what = input_type.describe() if isinstance(input_type, FieldType) else repr(input_type)
+            return Contract.unknown(
+                f"OrbitPooledLinear: expected input type {expected.describe()}, got {what}",
+                input_type,
+            )
         return _pointwise_contract(
             "OrbitPooledLinear",
             self.point_group,
