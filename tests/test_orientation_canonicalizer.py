@@ -326,3 +326,13 @@ def test_orientation_needs_the_centre_anchor() -> None:
     with pytest.raises(ConfigurationError, match="P4ViT: expected anchoring='centre'"):
         create("p4_vit", anchoring="patch", canonicalize_orientation=True)
     assert create("p4_vit", anchoring="patch").orientation is None  # the preset does not ask
+
+
+def test_the_registry_presets_leave_the_orientation_out() -> None:
+    """The presets are the exact C4 / p4 models (on upright digits the canonicalizer costs
+    clean accuracy); the canonicalizer is one argument away."""
+    for name in ("group_vit", "p4_vit"):
+        assert create(name).orientation is None
+        assert isinstance(
+            create(name, canonicalize_orientation=True).orientation, OrientationCanonicalizer
+        )
