@@ -78,6 +78,9 @@ class EscnnHybrid(nn.Module):
         global attention).
     stem_dilations, kernel_size
         One stem convolution per entry, with that dilation; their (odd) kernel size.
+        Default three 5 × 5 convolutions with dilations 1, 2, 3 (a 25-pixel receptive
+        field on the 20 × 20 digits; with two, 1 and 2, the model learned slower: 3,750
+        MNIST digits, 5 epochs, seed 0: 91.3 % against 95.4 %).
     image_size
         The input side (accepted for the training command; any square size works).
     readout
@@ -105,7 +108,7 @@ class EscnnHybrid(nn.Module):
         depth: int = 1,
         num_heads: int = 2,
         neighbourhood: int | None = 3,
-        stem_dilations: tuple[int, ...] = (1, 2),
+        stem_dilations: tuple[int, ...] = (1, 2, 3),
         kernel_size: int = 5,
         image_size: int = 20,
         readout: str = "orbit",
