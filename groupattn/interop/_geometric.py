@@ -50,6 +50,21 @@ def _regular_fields(field_type: Any, what: str) -> tuple[PointGroup, int]:
     return pg, len(field_type)
 
 
+def _grid_input_type(name: str, field_type: Any, group: Group, input_type: Any) -> Any:
+    """The ``GridField`` of ``field_type`` under ``group``, or an unverified ``Contract``
+    when the group does not act on it or ``input_type`` is another type."""
+    try:
+        in_t = escnn_grid_type(field_type, group)
+    except GroupError as err:
+        return Contract.unknown(f"{name}: {err}", input_type)
+    if input_type is not None and input_type != in_t:
+        what = input_type.describe() if isinstance(input_type, FieldType) else repr(input_type)
+        return Contract.unknown(
+            f"{name}: expected input type {in_t.describe()}, got {what}", input_type
+        )
+    return in_t
+
+
 class GeometricLifted(nn.Module):
     """Run a groupattn module on lifted fields inside an escnn network.
 
@@ -136,16 +151,13 @@ class GeometricLifted(nn.Module):
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """See the class docstring."""
         name = type(self).__name__
+        in_t = _grid_input_type(name, self.in_type, group, input_type)
+        if isinstance(in_t, Contract):
+            return in_t
         try:
-            in_t = escnn_grid_type(self.in_type, group)
             out_t = escnn_grid_type(self.out_type, group)
         except GroupError as err:
             return Contract.unknown(f"{name}: {err}", input_type)
-        if input_type is not None and input_type != in_t:
-            what = input_type.describe() if isinstance(input_type, FieldType) else repr(input_type)
-            return Contract.unknown(
-                f"{name}: expected input type {in_t.describe()}, got {what}", input_type
-            )
         lifted = LiftedField(self.point_group)
         inner = contract_of(self.module, group, lifted)
         if inner.kind == Status.BROKEN:
@@ -268,15 +280,9 @@ class GeometricInvariantReadout(nn.Module):
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """See the class docstring."""
         name = "GeometricInvariantReadout"
-        try:
-            in_t = escnn_grid_type(self.in_type, group)
-        except GroupError as err:
-            return Contract.unknown(f"{name}: {err}", input_type)
-        if input_type is not None and input_type != in_t:
-            what = input_type.describe() if isinstance(input_type, FieldType) else repr(input_type)
-            return Contract.unknown(
-                f"{name}: expected input type {in_t.describe()}, got {what}", input_type
-            )
+        in_t = _grid_input_type(name, self.in_type, group, input_type)
+        if isinstance(in_t, Contract):
+            return in_t
         lifted = LiftedField(self.point_group)
         inner = contract_of(self.module, group, lifted)
         if inner.kind == Status.BROKEN:
