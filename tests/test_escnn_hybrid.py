@@ -439,6 +439,13 @@ def test_invariant_readout_passes_on_what_its_module_promises() -> None:
     swapped = GeometricInvariantReadout(OrbitPooledLinear(2, 3, "D2"), d2_fields)
     swapped.module = OrbitPooledLinear(2, 3, "C4")
     assert swapped.contract(CyclicGroup(2)).kind == Status.UNVERIFIED
+    # a pooling that does not look at the input type it is asked about (it promises
+    # lifted(C4) → invariant): the read-out compares the types itself
+    from groupattn.nn import GroupGlobalPool
+
+    swapped.module = GroupGlobalPool("C4")
+    other = swapped.contract(CyclicGroup(2))
+    assert other.kind == Status.UNVERIFIED and "→ invariant" in (other.reason or "")
 
 
 def test_geometric_tensor_is_a_pytree_node() -> None:
