@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -18,7 +20,7 @@ from groupattn.groups import (
     p4,
     p4m,
 )
-from groupattn.nn import GroupGlobalPool, OrbitPooledLinear
+from groupattn.nn import GroupGlobalPool, GroupLayerNorm, GroupMLP, GroupPooling, OrbitPooledLinear
 from groupattn.testing import assert_equivariant
 
 POINT_GROUPS = [CyclicGroup(1), CyclicGroup(2), CyclicGroup(4), DihedralGroup(2), DihedralGroup(4)]
@@ -207,3 +209,26 @@ def test_contract_refuses_another_input_type() -> None:
     assert other.kind == Status.UNVERIFIED
     assert "expected input type" in (other.reason or "")
     assert contract_of(layer, CyclicGroup(2), LiftedField(CyclicGroup(4))).kind == Status.INVARIANT
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [
+        lambda: GroupGlobalPool("C4"),
+        lambda: GroupPooling("C4"),
+        lambda: GroupLayerNorm(2, "C4"),
+        lambda: GroupMLP(2, 4, "C4"),
+        lambda: OrbitPooledLinear(2, 3, "C4"),
+    ],
+    ids=["GroupGlobalPool", "GroupPooling", "GroupLayerNorm", "GroupMLP", "OrbitPooledLinear"],
+)
+def test_lifted_layers_promise_nothing_for_another_lifted_type(layer: Any) -> None:
+    """Attack round 9 (generalised): a C4 layer asked about the lifted field of D2 (also
+    four elements, whose group axis a half turn moves differently) promises nothing; asked
+    about its own lifted field it keeps its promise."""
+    module = layer()
+    other = contract_of(module, CyclicGroup(2), LiftedField(DihedralGroup(2)))
+    assert other.kind == Status.UNVERIFIED, other.describe()
+    assert "expected input type" in (other.reason or "")
+    own = contract_of(module, CyclicGroup(2), LiftedField(CyclicGroup(4)))
+    assert own.kind in (Status.EQUIVARIANT, Status.INVARIANT), own.describe()

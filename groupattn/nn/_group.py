@@ -44,8 +44,18 @@ def _pointwise_contract(
     in_t: FieldType,
     out_t: FieldType,
     invariant: bool = False,
+    input_type: Any = None,
 ) -> Contract:
-    """Contract of a module acting per position and permutation-equivariantly on the group axis."""
+    """Contract of a module acting per position and permutation-equivariantly on the group axis.
+
+    Unverified when asked about an ``input_type`` other than ``in_t`` (e.g. a lifted
+    field of another point group of the same order, whose group axis moves differently).
+    """
+    if input_type is not None and input_type != in_t:
+        what = input_type.describe() if isinstance(input_type, FieldType) else repr(input_type)
+        return Contract.unknown(
+            f"{module}: expected input type {in_t.describe()}, got {what}", input_type
+        )
     try:
         acting = point_group_of(group)
         if acting is not None:
@@ -89,7 +99,12 @@ class GroupPooling(EquivariantModule):
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """Equivariant ``LiftedField(H) → GridField``."""
         return _pointwise_contract(
-            "GroupPooling", self.point_group, group, LiftedField(self.point_group), GridField()
+            "GroupPooling",
+            self.point_group,
+            group,
+            LiftedField(self.point_group),
+            GridField(),
+            input_type=input_type,
         )
 
     def extra_repr(self) -> str:
@@ -147,6 +162,7 @@ class GroupGlobalPool(EquivariantModule):
             LiftedField(self.point_group),
             InvariantField(),
             invariant=True,
+            input_type=input_type,
         )
 
 
@@ -271,13 +287,6 @@ class OrbitPooledLinear(EquivariantModule):
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """Invariant ``LiftedField(H) → InvariantField``; unverified for another input type."""
-        expected = LiftedField(self.point_group)
-        if input_type is not None and input_type != expected:
-            what = input_type.describe() if isinstance(input_type, FieldType) else repr(input_type)
-            return Contract.unknown(
-                f"OrbitPooledLinear: expected input type {expected.describe()}, got {what}",
-                input_type,
-            )
         return _pointwise_contract(
             "OrbitPooledLinear",
             self.point_group,
@@ -285,6 +294,7 @@ class OrbitPooledLinear(EquivariantModule):
             LiftedField(self.point_group),
             InvariantField(),
             invariant=True,
+            input_type=input_type,
         )
 
     def extra_repr(self) -> str:
@@ -345,7 +355,9 @@ class GroupLayerNorm(EquivariantModule):
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """Equivariant ``LiftedField(H) → LiftedField(H)``."""
         t = LiftedField(self.point_group)
-        return _pointwise_contract("GroupLayerNorm", self.point_group, group, t, t)
+        return _pointwise_contract(
+            "GroupLayerNorm", self.point_group, group, t, t, input_type=input_type
+        )
 
     def extra_repr(self) -> str:
         return f"{self.dim}, {self.point_group.name}"
@@ -427,7 +439,7 @@ class GroupMLP(EquivariantModule):
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """Equivariant ``LiftedField(H) → LiftedField(H)``."""
         t = LiftedField(self.point_group)
-        return _pointwise_contract("GroupMLP", self.point_group, group, t, t)
+        return _pointwise_contract("GroupMLP", self.point_group, group, t, t, input_type=input_type)
 
 
 class GroupBlock(nn.Module):
@@ -565,7 +577,9 @@ class LiftedAvgPool(EquivariantModule):
                 t,
                 t,
             )
-        return _pointwise_contract("LiftedAvgPool", self.point_group, group, t, t)
+        return _pointwise_contract(
+            "LiftedAvgPool", self.point_group, group, t, t, input_type=input_type
+        )
 
 
 @sealed
