@@ -68,6 +68,26 @@ def _pointwise_contract(
     return Contract.equivariant(in_t, out_t)
 
 
+def _lifted_invariant_contract(
+    module: str, point_group: PointGroup, group: Group, input_type: Any
+) -> Contract:
+    """Contract of a read-out from the lifted field of ``point_group`` to invariant features."""
+    return _pointwise_contract(
+        module,
+        point_group,
+        group,
+        LiftedField(point_group),
+        InvariantField(),
+        invariant=True,
+        input_type=input_type,
+    )
+
+
+def _spatial_pool(x: torch.Tensor, mode: str) -> torch.Tensor:
+    """Max or mean over the last two (spatial) axes."""
+    return x.amax(dim=(-2, -1)) if mode == "max" else x.mean(dim=(-2, -1))
+
+
 class GroupPooling(EquivariantModule):
     """Pool over the group axis: ``(B, C, |H|, H, W) → (B, C, H, W)`` (max or mean).
 
@@ -150,20 +170,11 @@ class GroupGlobalPool(EquivariantModule):
         self.spatial = spatial
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pooled = self.pool(x)
-        return pooled.amax(dim=(-2, -1)) if self.spatial == "max" else pooled.mean(dim=(-2, -1))
+        return _spatial_pool(self.pool(x), self.spatial)
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """Invariant ``LiftedField(H) → InvariantField``."""
-        return _pointwise_contract(
-            "GroupGlobalPool",
-            self.point_group,
-            group,
-            LiftedField(self.point_group),
-            InvariantField(),
-            invariant=True,
-            input_type=input_type,
-        )
+        return _lifted_invariant_contract("GroupGlobalPool", self.point_group, group, input_type)
 
 
 class OrbitPooledLinear(EquivariantModule):
@@ -271,7 +282,7 @@ class OrbitPooledLinear(EquivariantModule):
                 f"OrbitPooledLinear: expected an input of the weights' dtype {self.weight.dtype} "
                 f"(or autocast), got {x.dtype}"
             )
-        pooled = x.amax(dim=(-2, -1)) if self.spatial == "max" else x.mean(dim=(-2, -1))
+        pooled = _spatial_pool(x, self.spatial)
         if len(self._gather) == 1:  # the trivial group: one candidate, a plain linear layer
             bias = None if self.bias is None else self.bias.to(pooled.dtype)
             return nn.functional.linear(
@@ -287,15 +298,7 @@ class OrbitPooledLinear(EquivariantModule):
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """Invariant ``LiftedField(H) → InvariantField``; unverified for another input type."""
-        return _pointwise_contract(
-            "OrbitPooledLinear",
-            self.point_group,
-            group,
-            LiftedField(self.point_group),
-            InvariantField(),
-            invariant=True,
-            input_type=input_type,
-        )
+        return _lifted_invariant_contract("OrbitPooledLinear", self.point_group, group, input_type)
 
     def extra_repr(self) -> str:
         return (
