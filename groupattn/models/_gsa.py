@@ -11,6 +11,7 @@ from .._deprecation import renamed_arguments
 from .._errors import ConfigurationError
 from ..actions import GridField, InvariantField, LiftedField
 from ..attention import LiftingSelfAttention, resolve_point_group
+from ..canonical import OrientationCanonicalizer
 from ..contracts import Contract, Status
 from ..groups import CyclicGroup, Group, PointGroup
 from ..nn import (
@@ -22,6 +23,7 @@ from ..nn import (
     SymmetricConvStem,
     chain_contract,
 )
+from ._anchored import build_anchor
 from ._inputs import install_input_check
 from ._readout import build_readout, readout_parts
 from ._registry import register_model
@@ -123,6 +125,17 @@ class GSANet(nn.Module):
         an [`OrbitPooledLinear`][groupattn.nn.OrbitPooledLinear] head (spatial pooling
         ``pool``, then one linear map on every turned copy of the features, the largest
         kept), or ``GroupGlobalPool`` then a ``Linear``.
+    canonicalize_orientation
+        Put a [`CentreAnchor`][groupattn.canonical.CentreAnchor] (``sigma = 0.3 S``, as in
+        [`P4ViT`][groupattn.models.P4ViT]) and then an
+        [`OrientationCanonicalizer`][groupattn.canonical.OrientationCanonicalizer] in front
+        (equivariant model only; the baseline ignores it). The anchor rolls the blurred
+        centre of the image to the image centre, so the canonicalizer's turn about the
+        image centre is a turn about the glyph; the model is then also invariant — up to
+        bilinear interpolation — to rotations by angles between the quarter turns, which it
+        never sees when trained on upright images (the upright-train / rotated-test
+        protocol). Both are exactly equivariant under p4m, so the contract is unchanged.
+        Needs an even ``image_size`` equal to the input side.
 
     Notes
     -----
@@ -131,7 +144,8 @@ class GSANet(nn.Module):
     Raises
     ------
     ConfigurationError
-        For an unknown ``lift_skip`` (and the layers' own errors).
+        For an unknown ``lift_skip``, an odd ``image_size`` with
+        ``canonicalize_orientation=True`` (and the layers' own errors).
     """
 
     @renamed_arguments(**_RENAMED)
@@ -156,6 +170,7 @@ class GSANet(nn.Module):
         downsample: int = 1,
         stem: str = "lifting",
         readout: str = "orbit",
+        canonicalize_orientation: bool = False,
     ) -> None:
         super().__init__()
         self.equivariant = equivariant
@@ -163,6 +178,21 @@ class GSANet(nn.Module):
             resolve_point_group(point_group, "GSANet") if equivariant else resolve_point_group("C1")
         )
         pg = self.point_group
+        if not isinstance(canonicalize_orientation, bool):
+            raise ConfigurationError(
+                f"GSANet: expected canonicalize_orientation True or False, got {canonicalize_orientation!r}"
+            )
+        self.canonicalize_orientation = canonicalize_orientation and equivariant
+        self.anchor: nn.Module | None = None
+        self.orientation: nn.Module | None = None
+        if self.canonicalize_orientation:
+            if not isinstance(image_size, int) or isinstance(image_size, bool) or image_size % 2:
+                raise ConfigurationError(
+                    "GSANet: expected an even image_size (the input side) for "
+                    f"canonicalize_orientation=True, got {image_size!r}"
+                )
+            self.anchor = build_anchor("GSANet", "centre", 1, image_size)
+            self.orientation = OrientationCanonicalizer(image_size)
         common: dict[str, Any] = dict(
             num_heads=num_heads,
             head_dim=head_dim,
@@ -236,6 +266,8 @@ class GSANet(nn.Module):
         install_input_check(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.anchor is not None and self.orientation is not None:
+            x = self.orientation(self.anchor(x).output).output
         features = self.stem(x)
         lifted = self.lift(features)
         if self.skip is not None:
@@ -244,7 +276,13 @@ class GSANet(nn.Module):
 
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """See the class docstring."""
+        front: list[tuple[str, nn.Module]] = (
+            [("anchor", self.anchor), ("orientation", self.orientation)]
+            if self.anchor is not None and self.orientation is not None
+            else []
+        )
         parts = [
+            *front,
             ("stem", self.stem),
             ("lift", self.lift),
             ("downsample", self.downsample),
@@ -255,7 +293,7 @@ class GSANet(nn.Module):
         contract = chain_contract(parts, group, input_type)
         # the skip runs beside the lifting attention: the sum is equivariant only if both branches are
         skip = (
-            chain_contract([("stem", self.stem), ("skip", self.skip)], group, input_type)
+            chain_contract([*front, ("stem", self.stem), ("skip", self.skip)], group, input_type)
             if self.skip is not None
             else contract
         )
