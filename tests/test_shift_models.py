@@ -32,9 +32,13 @@ def _max_relative_spread(logits: torch.Tensor) -> float:
     return ((logits.double() - reference).abs().max() / reference.abs().max()).item()
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_equivariant_models_are_invariant_under_all_1024_shifts(name: str) -> None:
-    model = create(name).eval()
+@pytest.mark.parametrize(
+    ("name", "anchoring"),
+    [("vit", "centre"), ("vit", "input"), ("swin", "centre"), ("swin", "input")]
+    + [("twins", "centre"), ("twins", "input")],
+)
+def test_equivariant_models_are_invariant_under_all_1024_shifts(name: str, anchoring: str) -> None:
+    model = create(name, anchoring=anchoring).eval()
     contract = model.contract(IMAGE)
     assert contract.kind == Status.INVARIANT and contract.input_type == GridField()
     image = torch.randn(1, 1, 32, 32)
@@ -87,7 +91,7 @@ def test_invariance_on_the_bundled_digits_and_the_l2_tie_pitfall() -> None:
 @pytest.mark.parametrize("name", ["swin", "twins"])
 def test_input_anchoring_is_one_smoothed_anchor_and_plain_layers(name: str) -> None:
     strided = ("WindowAttention", "PatchMerging", "SpatialReductionAttention")
-    model = create(name)
+    model = create(name, anchoring="input")
     assert (
         model.patch_embed.anchored and model.patch_embed.anchor_stride == 16
     )  # lcm of the 8 and 16 px periods
@@ -162,8 +166,8 @@ class _Features(nn.Sequential):
     ("name", "options"),
     [
         ("vit", {"anchoring": "input"}),
-        ("swin", {}),
-        ("twins", {}),
+        ("swin", {"anchoring": "input"}),
+        ("twins", {"anchoring": "input"}),
         ("swin", {"anchoring": "layers"}),
         ("twins", {"anchoring": "layers"}),
     ],
@@ -255,9 +259,11 @@ def test_models_trace_with_fx_as_plain_compositions(name: str) -> None:
     with torch.no_grad():
         assert torch.equal(traced(x), model(x))
     called = [node.target for node in graph.nodes if node.op == "call_module"]
-    # the registry ViT anchors the whole translation first (anchoring="centre")
-    first = "anchor" if name == "vit" else "patch_embed"
-    assert called[0] == first and called[-1] == "head"
+    # the registry presets anchor the whole translation first (anchoring="centre")
+    assert called[0] == "anchor" and called[-1] == "head"
+    graph = _LeafTracer().trace(create(name, anchoring="input").eval())
+    called = [node.target for node in graph.nodes if node.op == "call_module"]
+    assert called[0] == "patch_embed"
 
 
 def test_vit_compiles_with_fullgraph() -> None:

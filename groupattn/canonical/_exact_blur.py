@@ -109,7 +109,9 @@ def quantize_per_sample(x: torch.Tensor, levels: float) -> torch.Tensor:
         ``(B, ...)`` integers in the dtype of ``x``.
     """
     dims = tuple(range(1, x.dim()))
-    scale = torch.linalg.vector_norm(x, float("inf"), dim=dims, keepdim=True)  # max |x|
+    # max |x| per sample (NaN propagates); abs().amax is several times faster than
+    # linalg.vector_norm(ord=inf) on the CPU and gives the same float
+    scale = x.abs().amax(dim=dims, keepdim=True)
     usable = torch.logical_and(torch.isfinite(scale), scale > 0)
     q = x / torch.where(usable, scale, torch.ones_like(scale))
     return q.mul_(levels).round_()  # in place: one temporary

@@ -12,6 +12,7 @@ from .._errors import ConfigurationError
 from ..contracts import Contract
 from ..groups import Group
 from ..nn import chain_contract
+from ._anchored import CENTRE_SIGMA_FRACTION
 from ._inputs import install_input_check
 
 __all__ = ["AnchorOutput", "ShiftTransformer"]
@@ -19,9 +20,12 @@ __all__ = ["AnchorOutput", "ShiftTransformer"]
 Anchoring = Literal["input", "layers", "centre"]
 
 #: The centre anchor of the shift models: the blurred image's maximum (its innermost ring,
-#: ``window = 2``) rolled to the image centre; a narrower blur than the p4 models' (they
-#: also need the scores to settle the turns), for speed.
-CENTRE_SIGMA = 3.0
+#: ``window = 2``) rolled to the image centre, with the p4 models' wide blur
+#: (``sigma = CENTRE_SIGMA_FRACTION · S``, 9.6 pixels on 32 × 32): its maximum sits near the
+#: glyph's centre of mass, so a digit that is already centred barely moves and the body
+#: sees nearly the images its baseline sees (twins, MNIST, 6 epochs, seed 0: 77.5 % with
+#: ``sigma = 3``, 88.1 % with 9.6, baseline 89.5 %). The blur's cost does not depend on
+#: ``sigma`` (two dense integer matrix products).
 CENTRE_WINDOW = 2
 
 
@@ -61,7 +65,23 @@ def centre_anchor(module: str, size: tuple[int, int]) -> AnchorOutput:
         raise ConfigurationError(
             f"{module}: expected a square image with an even side for anchoring='centre', got {size[0]}x{size[1]}"
         )
-    return AnchorOutput(CentreAnchor(size[0], sigma=CENTRE_SIGMA, window=CENTRE_WINDOW))
+    return AnchorOutput(
+        CentreAnchor(size[0], sigma=CENTRE_SIGMA_FRACTION * size[0], window=CENTRE_WINDOW)
+    )
+
+
+def centre_anchoring_fits(kwargs: dict[str, Any]) -> bool:
+    """Whether a registry preset built with ``kwargs`` can anchor the whole translation:
+    a square image (an int side or an ``(H, W)`` pair; 32 when absent) with an even side."""
+    size = kwargs.get("image_size", 32)
+    sides = tuple(size) if isinstance(size, tuple | list) else (size, size)
+    return (
+        len(sides) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in sides)
+        and sides[0] == sides[1]
+        and sides[0] % 2 == 0
+        and sides[0] >= CENTRE_WINDOW
+    )
 
 
 def anchor_period(periods: list[int]) -> int:

@@ -17,6 +17,7 @@ from ._shift_common import (
     ShiftTransformer,
     as_pair,
     centre_anchor,
+    centre_anchoring_fits,
     check_anchoring,
     input_anchor_stride,
     per_stage,
@@ -73,10 +74,12 @@ class ShiftTwins(ShiftTransformer):
     anchoring
         ``"input"`` (one anchoring, in the patch embedding), ``"layers"`` (every
         strided layer anchors its own input) or ``"centre"``: a
-        [`CentreAnchor`][groupattn.canonical.CentreAnchor] (``sigma = 3``, ``window = 2``)
+        [`CentreAnchor`][groupattn.canonical.CentreAnchor] (``sigma = 0.3 S``, ``window = 2``)
         anchors the *whole* translation first and the body is the baseline's (zero
         padding: tokens know where they sit; square images with an even side);
-        equivariant model only.
+        equivariant model only. The class defaults to ``"input"`` (the literature's
+        model); the registry preset uses ``"centre"`` for square images with an even side
+        (it learns as well as the baseline, and costs the baseline's body plus one anchor).
     anchor_sigma
         Blur (pixels) of the input anchoring's score (``anchoring="input"``; ``0``: the
         polyphase norms of the image itself).
@@ -190,8 +193,12 @@ class ShiftTwins(ShiftTransformer):
     group="translations",
     input_shape=(1, 32, 32),
     learning_rate=1e-3,
-    description="Twins-SVT with anchored local-window and global sub-sampled attention",
+    description="Twins-SVT, shift-invariant: centre anchoring then the plain Twins (anchoring='input': one anchoring in the patch embedding)",
 )
 @renamed_arguments(**_RENAMED)
 def _twins(equivariant: bool = True, **kwargs: Any) -> ShiftTwins:
+    # the registry preset anchors the whole translation (square images with an even
+    # side), as the ViT's does: the body is the baseline's; with the input anchoring it
+    # learned worse (MNIST, 6 epochs, 3 seeds: 88.0 % against 90.4 % for the baseline)
+    kwargs.setdefault("anchoring", "centre" if centre_anchoring_fits(kwargs) else "input")
     return ShiftTwins(equivariant=equivariant, **kwargs)

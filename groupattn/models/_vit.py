@@ -71,7 +71,7 @@ class ShiftViT(ShiftTransformer):
         ``"input"`` (the literature's model: the patch embedding anchors the phase of the
         patch grid, and the body sees only relative positions: circular padding,
         circulant bias) or ``"centre"``: a [`CentreAnchor`][groupattn.canonical.CentreAnchor]
-        (``sigma = 3``, ``window = 2``: the blurred image's maximum rolled to the image
+        (``sigma = 0.3 S``, ``window = 2``: the blurred image's maximum rolled to the image
         centre) anchors the *whole* translation first, and the body is the baseline's —
         zero padding and clipped bias, which tell each token where it sits (MNIST, 3 seeds:
         87.3 % with the clipped bias, 85.2 % with the circulant one; the clipped bias

@@ -23,6 +23,7 @@ from ..canonical import AdaptivePolyphaseDownsample
 from ..contracts import Contract, EquivariantModule
 from ..contracts._module import check_floating_input
 from ..groups import Group, GroupError, PointGroup, RotoTranslationGroup, TorusTranslations
+from ..positional._constants import constant_cache
 
 __all__ = [
     "GroupBlock",
@@ -177,6 +178,12 @@ class GroupGlobalPool(EquivariantModule):
         return _lifted_invariant_contract("GroupGlobalPool", self.point_group, group, input_type)
 
 
+@constant_cache(maxsize=64)
+def _orbit_gather_index(gather: tuple[tuple[int, ...], ...], device: torch.device) -> torch.Tensor:
+    """The read-out's gather table as a long tensor on ``device``, built once per device."""
+    return torch.tensor(gather, dtype=torch.long, device=device)
+
+
 class OrbitPooledLinear(EquivariantModule):
     """An invariant linear read-out: pool over space, apply one linear map to every turned copy, keep the largest.
 
@@ -288,7 +295,7 @@ class OrbitPooledLinear(EquivariantModule):
             return nn.functional.linear(
                 pooled.flatten(1), self.weight.flatten(1).to(pooled.dtype), bias
             )
-        index = torch.tensor(self._gather, device=x.device)  # (|H|, |H|), a constant
+        index = _orbit_gather_index(self._gather, x.device)  # (|H|, |H|), a cached constant
         candidates = pooled[:, :, index]  # (B, C, |H| candidates, |H|)
         weight = self.weight.to(pooled.dtype)
         # (B, 1, C, G, |H|) * (O, C, 1, |H|) summed over C and |H|: the same order for every g
