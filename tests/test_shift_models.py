@@ -34,8 +34,7 @@ def _max_relative_spread(logits: torch.Tensor) -> float:
 
 @pytest.mark.parametrize(
     ("name", "anchoring"),
-    [("vit", "centre"), ("vit", "input"), ("swin", "centre"), ("swin", "input")]
-    + [("twins", "centre"), ("twins", "input")],
+    [(name, anchoring) for name in NAMES for anchoring in ("centre", "input")],
 )
 def test_equivariant_models_are_invariant_under_all_1024_shifts(name: str, anchoring: str) -> None:
     model = create(name, anchoring=anchoring).eval()
