@@ -78,7 +78,10 @@ class GroupSwin(nn.Module):
         Window side of the patch embedding (default ``3 · patch_size``, as in
         [`GroupViT`][groupattn.models.GroupViT]).
     mlp_ratio
-        Hidden width of the MLPs relative to the stage width.
+        Hidden width of the MLPs relative to the stage width (4, Swin's own ratio; with 2
+        the group Swin learned slower than its baseline: MNIST, 5 epochs, seeds 0 and 1,
+        90.1 / 91.1 % against 92.4 / 92.3 % with 4, baselines 94.3 / 95.7 % and
+        94.2 / 94.8 %).
     absolute_position
         Add a [`LiftedOrbitPositionalEncoding`][groupattn.positional.LiftedOrbitPositionalEncoding]
         after the embedding (equivariant model; the baseline always has its free
@@ -109,7 +112,7 @@ class GroupSwin(nn.Module):
         window_size: int = 4,
         shift: bool = True,
         embed_kernel: int | None = None,
-        mlp_ratio: float = 2.0,
+        mlp_ratio: float = 4.0,
         absolute_position: bool = True,
         readout: str = "orbit",
     ) -> None:

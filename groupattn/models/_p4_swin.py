@@ -106,7 +106,7 @@ class P4Swin(AnchoredModel, GroupSwin):
         window_size: int = 4,
         shift: bool = True,
         embed_kernel: int | None = None,
-        mlp_ratio: float = 2.0,
+        mlp_ratio: float = 4.0,
         anchoring: str = "centre",
         readout: str = "orbit",
     ) -> None:
