@@ -13,7 +13,13 @@ from ..canonical._polyphase import Norm
 from ..nn import ClassToken, ClassTokenReadout, PatchEmbedding, TransformerBlock
 from ..positional import AbsolutePositionalEncoding, ConvPositionalEncoding
 from ._registry import register_model
-from ._shift_common import ShiftTransformer, as_pair, centre_anchor, check_anchoring
+from ._shift_common import (
+    ShiftTransformer,
+    as_pair,
+    centre_anchor,
+    centre_anchoring_fits,
+    check_anchoring,
+)
 
 __all__ = ["ShiftViT"]
 
@@ -189,8 +195,9 @@ def _vit(equivariant: bool = True, **kwargs: Any) -> ShiftViT:
     # (up to CENTRE_MAX_TOKENS tokens: its clipped bias builds an N x N index, sized here
     # before it is paid; larger grids keep the input anchoring and its circulant bias)
     size = kwargs.get("image_size", 32)
+    side = size[0] if isinstance(size, tuple | list) and size else size
     patch = kwargs.get("patch_size", kwargs.get("patch", 4))
-    square_even = isinstance(size, int) and size % 2 == 0
-    tokens = (size // patch) ** 2 if square_even and isinstance(patch, int) and patch > 0 else 0
+    fits = centre_anchoring_fits(kwargs) and isinstance(patch, int) and patch > 0
+    tokens = (side // patch) ** 2 if fits else 0
     kwargs.setdefault("anchoring", "centre" if 0 < tokens <= CENTRE_MAX_TOKENS else "input")
     return ShiftViT(equivariant=equivariant, **kwargs)
