@@ -158,3 +158,20 @@ def test_the_registry_preset_sizes_the_clipped_bias_before_building_it() -> None
     assert create("vit", image_size=260, dim=8, depth=1).anchoring == "input"  # 65 x 65 tokens
     assert create("vit", image_size=30, patch_size=3).anchoring == "centre"  # 100 tokens
     assert create("vit", image_size=31, patch_size=1, dim=8, depth=1).anchoring == "input"  # odd
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_the_registry_presets_anchor_the_whole_translation_where_it_fits(name: str) -> None:
+    """Square images with an even side (an int or an (H, W) pair): the centre anchoring,
+    with the p4 models' wide blur; anything else: the literature's input anchoring. The
+    classes keep the input anchoring as their default."""
+    model = create(name)
+    assert model.anchoring == "centre"
+    anchor = model.anchor.canonicalizer
+    assert anchor.sigma == pytest.approx(0.3 * SIZE) and anchor.window == 2
+    assert create(name, image_size=(SIZE, SIZE)).anchoring == "centre"
+    kwargs = {"dim": 8, "depth": 1} if name == "vit" else {}
+    assert create(name, image_size=(SIZE, SIZE // 2), **kwargs).anchoring == "input"
+    assert create(name, anchoring="input").anchoring == "input"  # an explicit choice wins
+    cls = {"vit": ShiftViT, "swin": ShiftSwin, "twins": ShiftTwins}[name]
+    assert cls().anchoring == "input"
