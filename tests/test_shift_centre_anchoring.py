@@ -134,12 +134,14 @@ def test_invariant_under_every_shift_of_the_preset(name: str) -> None:
     assert _max_relative_error(model, _digit()[:1], shifts) <= 1e-10
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_exact_in_half_precision(dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_exact_in_half_precision(name: str, dtype: torch.dtype) -> None:
     """The anchor decides in float64 on exactly moved values: the body sees the same image,
-    so the half-precision logits of shifted copies are equal bit for bit."""
+    so the logits of shifted copies are equal bit for bit (the registry presets, each in
+    bf16, fp16 and float32)."""
     torch.manual_seed(0)
-    model = create("vit").to(dtype).eval()
+    model = create(name).to(dtype).eval()
     x = _digit(dtype)
     gen = torch.Generator().manual_seed(2)
     shifts = [tuple(int(v) for v in s) for s in torch.randint(0, SIZE, (16, 2), generator=gen)]
