@@ -266,21 +266,24 @@ class GSANet(nn.Module):
         install_input_check(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.anchor is not None and self.orientation is not None:
-            x = self.orientation(self.anchor(x).output).output
+        for _, canonicalizer in self._front():
+            x = canonicalizer(x).output
         features = self.stem(x)
         lifted = self.lift(features)
         if self.skip is not None:
             lifted = lifted + self.skip(features)
         return self.head(self.pool(self.norm(self.blocks(self.downsample(lifted)))))
 
+    def _front(self) -> list[tuple[str, nn.Module]]:
+        """The canonicalizers in front of the stem (``canonicalize_orientation``), in order;
+        the forward pass and the contract both read this one list."""
+        if self.anchor is None or self.orientation is None:
+            return []
+        return [("anchor", self.anchor), ("orientation", self.orientation)]
+
     def contract(self, group: Group, input_type: Any = None) -> Contract:
         """See the class docstring."""
-        front: list[tuple[str, nn.Module]] = (
-            [("anchor", self.anchor), ("orientation", self.orientation)]
-            if self.anchor is not None and self.orientation is not None
-            else []
-        )
+        front = self._front()
         parts = [
             *front,
             ("stem", self.stem),
