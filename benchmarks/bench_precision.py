@@ -158,7 +158,7 @@ def trained_model(
     data = load_training_data("digits", limit=limit, seed=seed, canvas=spec.input_shape[-1])
     torch.manual_seed(seed)
     config = TrainConfig(
-        epochs=epochs, batch_size=32, lr=spec.learning_rate, seed=seed, progress=False
+        epochs=epochs, batch_size=32, seed=seed, progress=False, **spec.training_settings()
     )
     model = train(create(name), data, config).model.eval()
     return model, data.test_images, accuracy(model, data.test_images, data.test_labels)

@@ -56,9 +56,9 @@ def main() -> None:
         config = TrainConfig(
             epochs=args.epochs,
             batch_size=32,
-            lr=get_spec(args.model).learning_rate,
             seed=args.seed,
             progress=False,
+            **get_spec(args.model).training_settings(),
         )
         model = train(built.model, data, config).model
         matrix = confusion(model, data.test_images, data.test_labels)

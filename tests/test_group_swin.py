@@ -118,11 +118,15 @@ def test_window_attention_errors_name_the_module() -> None:
         layer(torch.randn(1, 4, 2, 8, 8))
 
 
+@pytest.mark.parametrize("mix", [False, True])
 @pytest.mark.parametrize("name", ["C4", "D4"])
-def test_window_block_equivariant(name: str) -> None:
+def test_window_block_equivariant(name: str, mix: bool) -> None:
     point = GROUPS[name]
     torch.manual_seed(1)
-    block = GroupWindowBlock(4, point, num_heads=2, window_size=2, shift=1).double()
+    block = GroupWindowBlock(
+        4, point, num_heads=2, window_size=2, shift=1, mix_orientations=mix
+    ).double()
+    assert block.mlp.mix_orientations == mix
     _every_element(block, point, torch.randn(2, 4, point.order(), 6, 6, dtype=torch.float64))
     assert contract_of(block, point).kind == Status.EQUIVARIANT
 
@@ -247,6 +251,27 @@ def test_certified_invariant_through_the_body() -> None:
     assert cert.verdict == Status.INVARIANT, str(cert)[:2000]
 
 
+def test_window_mlps_mix_orientations_by_default_and_the_baseline_cannot() -> None:
+    """The preset's window blocks read every slice of the group axis (1 × 1 group
+    convolutions); ``mix_orientations=False`` gives the shared pointwise MLPs, and the
+    baseline's trivial group has one slice to mix (plain ``nn.Linear``)."""
+    from groupattn.nn import GroupConvolution
+
+    def mlps(model: torch.nn.Module) -> list:
+        return [m.mlp for m in model.modules() if isinstance(m, GroupWindowBlock)]
+
+    assert all(isinstance(m.fc1, GroupConvolution) for m in mlps(create("group_swin")))
+    assert all(isinstance(m.fc1, torch.nn.Linear) for m in mlps(GroupSwin(mix_orientations=False)))
+    assert all(
+        isinstance(m.fc1, torch.nn.Linear) for m in mlps(create("group_swin", equivariant=False))
+    )
+    p4 = create("p4_swin")
+    assert all(isinstance(m.fc1, GroupConvolution) for m in mlps(p4))
+    assert all(
+        isinstance(m.fc1, torch.nn.Linear) for m in mlps(create("p4_swin", mix_orientations=False))
+    )
+
+
 def test_model_contract_and_configuration_errors() -> None:
     model = GroupSwin()
     assert contract_of(model, CyclicGroup(4)).kind == Status.INVARIANT
@@ -269,6 +294,7 @@ def test_model_contract_and_configuration_errors() -> None:
     "kwargs",
     [
         {"shift": False, "absolute_position": False},
+        {"mix_orientations": False},
         {"patch_size": 4, "depths": (1, 1, 1), "window_size": 2, "num_heads": 1},
     ],
 )

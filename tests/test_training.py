@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -367,6 +368,98 @@ def test_sgd_and_constant_schedule(small_digits: TrainingData) -> None:
     )
     train(model, small_digits, config, SINGLE)
     assert not torch.equal(before, model.head.weight)
+
+
+def _learning_rates(config: TrainConfig, steps_per_epoch: int) -> list[float]:
+    """The learning rate of every step of a run of ``config`` (the schedule ``train`` builds)."""
+    from groupattn.training._trainer import _schedule, warmup_steps
+
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([parameter], lr=config.lr)
+    total = steps_per_epoch * config.epochs
+    scheduler = _schedule(optimizer, config, total, warmup_steps(config, steps_per_epoch))
+    rates = []
+    for _ in range(total):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return rates
+
+
+@settings(max_examples=25)
+@given(
+    epochs=st.integers(1, 6),
+    steps_per_epoch=st.integers(1, 40),
+    warmup_epochs=st.floats(0.0, 3.0),
+    schedule=st.sampled_from(["cosine", "constant"]),
+)
+def test_warmup_rises_linearly_to_the_peak_then_the_schedule_runs(
+    epochs: int, steps_per_epoch: int, warmup_epochs: float, schedule: str
+) -> None:
+    from groupattn.training._trainer import warmup_steps
+
+    config = TrainConfig(epochs=epochs, lr=0.1, warmup_epochs=warmup_epochs, schedule=schedule)
+    rates = _learning_rates(config, steps_per_epoch)
+    total = epochs * steps_per_epoch
+    warmup = warmup_steps(config, steps_per_epoch)
+    assert warmup == min(round(warmup_epochs * steps_per_epoch), total)
+    for step in range(warmup):
+        assert rates[step] == pytest.approx(0.1 * (step + 1) / warmup)
+    after = rates[warmup:]
+    if schedule == "constant":
+        assert all(rate == pytest.approx(0.1) for rate in after)
+    elif after:
+        # the cosine starts at the peak after the warm-up and decreases towards 0
+        assert after[0] == pytest.approx(0.1)
+        assert all(a >= b for a, b in itertools.pairwise(after))
+        decay = total - warmup
+        assert after[-1] == pytest.approx(0.05 * (1 + np.cos(np.pi * (decay - 1) / decay)))
+    # no warm-up is the plain schedule, step for step
+    plain = _learning_rates(TrainConfig(epochs=epochs, lr=0.1, schedule=schedule), steps_per_epoch)
+    if warmup == 0:
+        assert rates == plain
+
+
+def test_warmup_is_checked_and_taken_from_the_registry_unless_given(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import argparse
+
+    from groupattn.models import get_spec
+    from groupattn.training._command import _warmup_epochs
+
+    for bad in (-1.0, float("inf"), float("nan"), True, "1"):
+        with pytest.raises(ValueError, match="TrainConfig: expected warmup_epochs as a finite"):
+            TrainConfig(warmup_epochs=bad)  # type: ignore[arg-type]
+    assert _warmup_epochs(argparse.Namespace(warmup_epochs=None, model="vit")) == 0.0
+    assert (
+        _warmup_epochs(argparse.Namespace(warmup_epochs=None, model="group_swin"))
+        == get_spec("group_swin").warmup_epochs
+        > 0
+    )
+    assert _warmup_epochs(argparse.Namespace(warmup_epochs=2.0, model="group_swin")) == 2.0
+    assert (
+        _warmup_epochs(
+            argparse.Namespace(warmup_epochs=None, model="training_helpers:invariant_cnn")
+        )
+        == 0.0
+    )
+    assert main(["train", "--model", "vit", "--warmup-epochs", "-1", "--epochs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "expected --warmup-epochs to be a finite number >= 0, got -1.0" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_checkpoint_from_before_the_warmup_setting_resumes_without_one() -> None:
+    from dataclasses import asdict
+
+    from groupattn.training import checkpoint_differences
+
+    current = asdict(TrainConfig(epochs=2))
+    older = {key: value for key, value in current.items() if key != "warmup_epochs"}
+    assert checkpoint_differences(older, current) == ([], [])
+    refused, _ = checkpoint_differences(older, {**current, "warmup_epochs": 0.5})
+    assert refused == ["warmup_epochs: checkpoint 0.0, now 0.5"]
 
 
 # ---------------------------------------------------------------- the command

@@ -35,6 +35,10 @@ class ModelSpec:
     learning_rate
         A peak AdamW learning rate that trains the tiny preset on the digits (what
         ``groupattn train`` uses when ``--lr`` is not given).
+    warmup_epochs
+        The linear learning-rate warm-up that trains the preset, in epochs (what
+        ``groupattn train`` uses when ``--warmup-epochs`` is not given; see
+        [`TrainConfig`][groupattn.training.TrainConfig]).
     """
 
     name: str
@@ -44,6 +48,12 @@ class ModelSpec:
     description: str = ""
     defaults: dict[str, Any] = field(default_factory=dict)
     learning_rate: float = 5e-3
+    warmup_epochs: float = 0.0
+
+    def training_settings(self) -> dict[str, float]:
+        """``{"lr": ..., "warmup_epochs": ...}``: the preset's schedule, as keyword
+        arguments of [`TrainConfig`][groupattn.training.TrainConfig]."""
+        return {"lr": self.learning_rate, "warmup_epochs": self.warmup_epochs}
 
 
 _MODELS: dict[str, ModelSpec] = {}
@@ -55,12 +65,14 @@ def register_model(
     input_shape: tuple[int, int, int] = (1, 32, 32),
     description: str = "",
     learning_rate: float = 5e-3,
+    warmup_epochs: float = 0.0,
     **defaults: Any,
 ) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
     """Register ``factory(equivariant: bool, **kwargs)`` under ``name`` (a decorator).
 
-    ``learning_rate`` is the peak AdamW rate that trains the preset (see
-    [`ModelSpec`][groupattn.models.ModelSpec]); ``defaults`` are keyword arguments of the preset.
+    ``learning_rate`` is the peak AdamW rate and ``warmup_epochs`` the warm-up that train
+    the preset (see [`ModelSpec`][groupattn.models.ModelSpec]); ``defaults`` are keyword
+    arguments of the preset.
     """
 
     def deco(factory: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
@@ -69,7 +81,14 @@ def register_model(
                 f"register_model: expected a new model name, got {name!r}, which is taken"
             )
         _MODELS[name] = ModelSpec(
-            name, factory, group, input_shape, description, dict(defaults), learning_rate
+            name,
+            factory,
+            group,
+            input_shape,
+            description,
+            dict(defaults),
+            learning_rate,
+            warmup_epochs,
         )
         return factory
 

@@ -92,6 +92,8 @@ class GroupWindowBlock(nn.Module):
         Passed to [`GroupWindowAttention`][groupattn.attention.GroupWindowAttention].
     mlp_ratio
         Hidden width of the MLP relative to ``C``.
+    mix_orientations
+        Passed to [`GroupMLP`][groupattn.nn.GroupMLP]: learned mixing of the group axis.
     """
 
     def __init__(
@@ -102,6 +104,7 @@ class GroupWindowBlock(nn.Module):
         window_size: int = 4,
         shift: int = 0,
         mlp_ratio: float = 2.0,
+        mix_orientations: bool = False,
     ) -> None:
         super().__init__()
         self.point_group = resolve_point_group(point_group, "GroupWindowBlock")
@@ -111,7 +114,12 @@ class GroupWindowBlock(nn.Module):
             dim, self.point_group, num_heads=num_heads, window_size=window_size, shift=shift
         )
         self.norm2 = GroupLayerNorm(dim, self.point_group)
-        self.mlp = GroupMLP(dim, max(1, int(dim * mlp_ratio)), self.point_group)
+        self.mlp = GroupMLP(
+            dim,
+            max(1, int(dim * mlp_ratio)),
+            self.point_group,
+            mix_orientations=mix_orientations,
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_floating_input(x, "GroupWindowBlock")

@@ -303,6 +303,10 @@ _MAY_DIFFER = {
 #: Settings that differ between runs as a matter of course (not worth a word).
 _QUIET = frozenset({"checkpoint", "resume", "progress"})
 
+#: Settings added after checkpoints were first written, with the value that behaves as
+#: runs did before they existed: a checkpoint without the setting matches that value.
+_ADDED_LATER = {"warmup_epochs": 0.0}
+
 
 def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """``{"identity": {"limit": 64}}`` → ``{"identity.limit": 64}``."""
@@ -343,6 +347,8 @@ def checkpoint_differences(
     flat_saved, flat_current = _flatten(saved), _flatten(current)
     for key in sorted(set(flat_saved) | set(flat_current)):
         before, now = flat_saved.get(key), flat_current.get(key)
+        if key not in flat_saved and key in _ADDED_LATER:
+            before = _ADDED_LATER[key]
         if before == now or key in _QUIET:
             continue
         if key in _MAY_DIFFER:

@@ -260,16 +260,26 @@ def _percent(value: float) -> str:
     return f"{100 * value:6.2f}%" if math.isfinite(value) else "   n/a "
 
 
-def _learning_rate(args: argparse.Namespace) -> float:
-    """``--lr`` if given, else the registry model's recommended rate, else 5e-3."""
-    if args.lr is not None:
-        return float(args.lr)
+def _registry_setting(args: argparse.Namespace, key: str, default: float) -> float:
+    """The registry model's training setting ``key`` (``"lr"`` or ``"warmup_epochs"``), else ``default``."""
     if ":" not in args.model:
         from ..models import get_spec, list_models
 
         if args.model in list_models():
-            return get_spec(args.model).learning_rate
-    return 5e-3
+            return get_spec(args.model).training_settings()[key]
+    return default
+
+
+def _learning_rate(args: argparse.Namespace) -> float:
+    """``--lr`` if given, else the registry model's recommended rate, else 5e-3."""
+    return float(args.lr) if args.lr is not None else _registry_setting(args, "lr", 5e-3)
+
+
+def _warmup_epochs(args: argparse.Namespace) -> float:
+    """``--warmup-epochs`` if given, else the registry model's warm-up, else 0."""
+    if args.warmup_epochs is not None:
+        return float(args.warmup_epochs)
+    return _registry_setting(args, "warmup_epochs", 0.0)
 
 
 def _digits_canvas(model: str) -> int:
@@ -285,6 +295,10 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise UsageError(f"expected --batch-size >= 1, got {args.batch_size}")
     if args.lr is not None and not (0 < args.lr < math.inf):
         raise UsageError(f"expected --lr to be a finite positive number, got {args.lr}")
+    if args.warmup_epochs is not None and not (0 <= args.warmup_epochs < math.inf):
+        raise UsageError(
+            f"expected --warmup-epochs to be a finite number >= 0, got {args.warmup_epochs}"
+        )
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"expected --limit >= 1, got {args.limit}")
     for option in ("max_shift", "crop_shift", "crop_padding"):
@@ -432,6 +446,7 @@ def _train(args: argparse.Namespace) -> int:
             epochs=args.epochs,
             batch_size=args.batch_size,
             lr=_learning_rate(args),
+            warmup_epochs=_warmup_epochs(args),
             seed=args.seed,
             device=args.device,
             checkpoint=args.checkpoint,
@@ -609,6 +624,13 @@ def register(subparsers: Any) -> None:
         type=float,
         default=None,
         help="peak learning rate (AdamW, cosine schedule); default: the registry model's, else 5e-3",
+    )
+    p.add_argument(
+        "--warmup-epochs",
+        type=float,
+        default=None,
+        help="linear learning-rate warm-up over this many epochs (a float), then the cosine; "
+        "default: the registry model's, else 0",
     )
     p.add_argument("--seed", type=seed_value, default=0, help="the run's seed, in [0, 2**63)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")

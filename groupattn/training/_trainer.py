@@ -51,6 +51,11 @@ class TrainConfig:
         ``"adamw"`` or ``"sgd"`` (momentum 0.9).
     schedule
         ``"cosine"`` (decay to 0 over the run, per step) or ``"constant"``.
+    warmup_epochs
+        Linear warm-up, per step, over the first ``warmup_epochs`` epochs (a float;
+        rounded to whole steps): step ``k`` of ``w`` trains at ``lr · (k + 1) / w``;
+        the schedule then runs over the remaining steps (the cosine starts at ``lr``
+        after the warm-up and reaches 0 at the end of the run). 0: no warm-up.
     seed
         Seeds the data order (identical on every rank) and each rank's generators
         (``seed + rank``).
@@ -88,6 +93,7 @@ class TrainConfig:
     weight_decay: float = 1e-4
     optimizer: str = "adamw"
     schedule: str = "cosine"
+    warmup_epochs: float = 0.0
     seed: int = 0
     device: str = "cpu"
     checkpoint: str | None = None
@@ -111,6 +117,14 @@ class TrainConfig:
         if self.schedule not in ("cosine", "constant"):
             raise ValueError(
                 f"TrainConfig: expected schedule 'cosine' or 'constant', got {self.schedule!r}"
+            )
+        if (
+            isinstance(self.warmup_epochs, bool)
+            or not isinstance(self.warmup_epochs, int | float)
+            or not (0 <= self.warmup_epochs < math.inf)
+        ):
+            raise ValueError(
+                f"TrainConfig: expected warmup_epochs as a finite number >= 0, got {self.warmup_epochs!r}"
             )
         if self.crop_padding < 0:
             raise ValueError(f"TrainConfig: expected crop_padding >= 0, got {self.crop_padding}")
@@ -148,13 +162,22 @@ def _optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
 
 
+def warmup_steps(config: TrainConfig, steps_per_epoch: int) -> int:
+    """The number of warm-up steps: ``warmup_epochs · steps_per_epoch``, rounded, at most the run."""
+    steps = round(config.warmup_epochs * steps_per_epoch)
+    return max(0, min(steps, steps_per_epoch * config.epochs))
+
+
 def _schedule(
-    optimizer: torch.optim.Optimizer, config: TrainConfig, total_steps: int
+    optimizer: torch.optim.Optimizer, config: TrainConfig, total_steps: int, warmup: int = 0
 ) -> torch.optim.lr_scheduler.LambdaLR:
     def factor(step: int) -> float:
-        if config.schedule == "constant" or total_steps <= 0:
+        if step < warmup:
+            return (step + 1) / warmup
+        if config.schedule == "constant" or total_steps <= warmup:
             return 1.0
-        return 0.5 * (1.0 + math.cos(math.pi * min(step, total_steps) / total_steps))
+        decay = total_steps - warmup
+        return 0.5 * (1.0 + math.cos(math.pi * min(step - warmup, decay) / decay))
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
@@ -306,7 +329,12 @@ def train(
 
     model.to(context.device)
     optimizer = _optimizer(model, config)
-    scheduler = _schedule(optimizer, config, steps_per_epoch * config.epochs)
+    scheduler = _schedule(
+        optimizer,
+        config,
+        steps_per_epoch * config.epochs,
+        warmup_steps(config, steps_per_epoch),
+    )
     start_epoch = 0
     history: list[dict[str, float]] = []
     torch.manual_seed(config.seed + rank)
