@@ -372,12 +372,12 @@ def test_sgd_and_constant_schedule(small_digits: TrainingData) -> None:
 
 def _learning_rates(config: TrainConfig, steps_per_epoch: int) -> list[float]:
     """The learning rate of every step of a run of ``config`` (the schedule ``train`` builds)."""
-    from groupattn.training._trainer import _schedule, warmup_steps
+    from groupattn.training._trainer import _schedule
 
     parameter = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([parameter], lr=config.lr)
     total = steps_per_epoch * config.epochs
-    scheduler = _schedule(optimizer, config, total, warmup_steps(config, steps_per_epoch))
+    scheduler = _schedule(optimizer, config, steps_per_epoch)
     rates = []
     for _ in range(total):
         rates.append(optimizer.param_groups[0]["lr"])

@@ -169,8 +169,11 @@ def warmup_steps(config: TrainConfig, steps_per_epoch: int) -> int:
 
 
 def _schedule(
-    optimizer: torch.optim.Optimizer, config: TrainConfig, total_steps: int, warmup: int = 0
+    optimizer: torch.optim.Optimizer, config: TrainConfig, steps_per_epoch: int
 ) -> torch.optim.lr_scheduler.LambdaLR:
+    total_steps = steps_per_epoch * config.epochs
+    warmup = warmup_steps(config, steps_per_epoch)
+
     def factor(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
@@ -329,12 +332,7 @@ def train(
 
     model.to(context.device)
     optimizer = _optimizer(model, config)
-    scheduler = _schedule(
-        optimizer,
-        config,
-        steps_per_epoch * config.epochs,
-        warmup_steps(config, steps_per_epoch),
-    )
+    scheduler = _schedule(optimizer, config, steps_per_epoch)
     start_epoch = 0
     history: list[dict[str, float]] = []
     torch.manual_seed(config.seed + rank)
