@@ -282,6 +282,13 @@ def test_model_contract_and_configuration_errors() -> None:
         GroupSwin(window_size=3)
     with pytest.raises(ConfigurationError, match="GroupSwin"):
         GroupSwin(depths=())
+    for bad in ("False", 1, None):
+        with pytest.raises(
+            ConfigurationError, match="GroupSwin: expected mix_orientations True or False"
+        ):
+            GroupSwin(mix_orientations=bad)  # type: ignore[arg-type]
+        with pytest.raises(ConfigurationError, match="expected mix_orientations True or False"):
+            create("p4_swin", mix_orientations=bad)
     assert GroupSwin(patch_size=4, depths=(2, 2), window_size=4)(
         torch.rand(2, 1, 32, 32)
     ).shape == (

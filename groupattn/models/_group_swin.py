@@ -107,7 +107,8 @@ class GroupSwin(nn.Module):
     ------
     ConfigurationError
         For an image not divisible by the patch, a stage grid not divisible by the window,
-        an odd window with ``shift``, or empty ``depths``.
+        an odd window with ``shift``, empty ``depths``, or a ``mix_orientations`` that is
+        not a bool.
     """
 
     def __init__(
@@ -139,6 +140,10 @@ class GroupSwin(nn.Module):
         if patch_size < 1 or image_size % patch_size:
             raise ConfigurationError(
                 f"{name}: expected an image size divisible by the patch size {patch_size}, got {image_size}"
+            )
+        if not isinstance(mix_orientations, bool):
+            raise ConfigurationError(
+                f"{name}: expected mix_orientations True or False, got {mix_orientations!r}"
             )
         if shift and window_size % 2:
             raise ConfigurationError(
