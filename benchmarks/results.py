@@ -345,7 +345,9 @@ def write_page(out: Path, page: Path, assets: Path) -> None:
         f"{warmups}); baseline and equivariant model of a family train with the same",
         "schedule for the same epochs on the same images, in the same order, from the same seed.",
         "",
-        "Columns: **clean** — test accuracy; **rotated** — accuracy on test images rotated by",
+        "Columns: **params** — trainable parameters (`escnn_hybrid`'s baseline is matched to",
+        "the equivariant model's parameter count; the other families compare at equal widths);",
+        "**clean** — test accuracy; **rotated** — accuracy on test images rotated by",
         "uniformly random angles in [0, 2π) (bilinear interpolation, pixels outside the",
         "inscribed disc set to the background, so corners never carry information), and",
         "**rot. cons.** — how often the prediction on the rotated image equals that on the",
@@ -373,9 +375,9 @@ def write_page(out: Path, page: Path, assets: Path) -> None:
             "",
             f"{example['train_images']:,} training and {example['test_images']:,} test images.{protocol}",
             "",
-            "| model | variant | epochs | seeds | clean | rotated | rot. cons. | circ. shift | "
-            "circ. cons. | crop shift | crop cons. | time × |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| model | variant | epochs | seeds | params | clean | rotated | rot. cons. | "
+            "circ. shift | circ. cons. | crop shift | crop cons. | time × |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         families = [m for m in list_models() if any(r["model"] == m for r in group)]
         for model_name in families:
@@ -409,7 +411,7 @@ def write_page(out: Path, page: Path, assets: Path) -> None:
                 ratio = _mean([r["train_cpu_seconds"] for r in runs]) / base_cpu
                 lines.append(
                     f"| {model_name} | {'baseline' if baseline else 'equivariant'} | "
-                    f"{runs[0]['epochs']} | {seeds} | {clean_text} | "
+                    f"{runs[0]['epochs']} | {seeds} | {int(runs[0]['parameters']):,} | {clean_text} | "
                     + " | ".join(cells)
                     + f" | {ratio:.2f} |"
                 )

@@ -484,6 +484,68 @@ def test_registry_entry() -> None:
     assert spec.group == "c4" and spec.input_shape == (1, 20, 20)
 
 
+def _parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("point_group", ["C4", "D4"])
+@pytest.mark.parametrize("dim", [4, 8])
+def test_the_baseline_has_about_the_equivariant_models_parameter_count(
+    point_group: str, dim: int
+) -> None:
+    """The default baseline width ``dim·√|H|`` (a multiple of the heads) matches the
+    equivariant model's parameters to within 20 %; the same channel count ``dim·|H|``
+    would give the baseline several times more."""
+    order = 4 if point_group == "C4" else 8
+    equivariant = _parameters(create("escnn_hybrid", point_group=point_group, dim=dim))
+    baseline = create("escnn_hybrid", point_group=point_group, dim=dim, equivariant=False)
+    assert baseline.head.module.dim == round(dim * order**0.5 / 2) * 2
+    assert 0.8 <= _parameters(baseline) / equivariant <= 1.25, (
+        _parameters(baseline),
+        equivariant,
+    )
+    same_width = create(
+        "escnn_hybrid",
+        point_group=point_group,
+        dim=dim,
+        equivariant=False,
+        baseline_dim=dim * order,
+    )
+    assert _parameters(same_width) > 2.5 * equivariant
+
+
+def test_preset_widths() -> None:
+    """The preset: 16 regular C4 fields against the 32-channel baseline."""
+    assert _parameters(create("escnn_hybrid")) == 61_604
+    baseline = create("escnn_hybrid", equivariant=False)
+    assert _parameters(baseline) == 67_870
+    assert baseline.head.module.dim == 32
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"baseline_dim": 0}, "expected baseline_dim >= 1, got 0"),
+        ({"baseline_dim": 33}, "expected baseline_dim divisible by num_heads=2, got 33"),
+        ({"baseline_dim": 32.0}, "expected baseline_dim to be an int, got float"),
+        ({"baseline_dim": True}, "expected baseline_dim to be an int, got bool"),
+        ({"dim": "8"}, "expected dim to be an int, got str"),
+    ],
+)
+def test_bad_widths_are_refused_by_name(options: dict[str, Any], message: str) -> None:
+    from groupattn import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=f"EscnnHybrid: {message}"):
+        create("escnn_hybrid", equivariant=False, **options)
+
+
+def test_baseline_dim_sets_the_baseline_width_only() -> None:
+    baseline = create("escnn_hybrid", equivariant=False, baseline_dim=12)
+    assert baseline.head.module.dim == 12
+    equivariant = create("escnn_hybrid", dim=4, baseline_dim=12)
+    assert equivariant.head.module.dim == 4
+
+
 @pytest.mark.parametrize(("point_group", "name", "order"), [("C4", "c4", 4), ("D4", "d4", 8)])
 def test_model_is_certified_and_verified_for_every_element(
     point_group: str, name: str, order: int

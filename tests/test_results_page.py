@@ -90,6 +90,10 @@ def test_the_page_tabulates_every_run_and_plots_the_curves(
     text = page.read_text()
     assert "## digits" in text
     assert "| vit | baseline |" in text and "| vit | equivariant |" in text
+    # the params column: each variant's recorded parameter count
+    for record in (json.loads(p.read_text()) for p in out.glob("*.json")):
+        variant = "baseline" if record["baseline"] else "equivariant"
+        assert f"| vit | {variant} | 2 | 0 | {record['parameters']:,} |" in text
     assert "groupattn train --model vit --baseline --data digits" in text
     assert (assets / "results_digits.png").stat().st_size > 1000
 

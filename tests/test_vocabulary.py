@@ -40,6 +40,7 @@ VOCABULARY = {
     "vector_dim",
     "qk_dim",
     "stem_channels",
+    "baseline_dim",
     "encoding_hidden",
     # heads, layout and sizes
     "num_heads",
