@@ -539,6 +539,14 @@ def test_bad_widths_are_refused_by_name(options: dict[str, Any], message: str) -
         create("escnn_hybrid", equivariant=False, **options)
 
 
+def test_numpy_integers_are_accepted_as_widths() -> None:
+    import numpy as np
+
+    baseline = create("escnn_hybrid", equivariant=False, dim=np.int64(4), baseline_dim=np.int32(6))
+    assert baseline.head.module.dim == 6
+    assert create("escnn_hybrid", dim=np.int64(4)).head.module.dim == 4
+
+
 def test_baseline_dim_sets_the_baseline_width_only() -> None:
     baseline = create("escnn_hybrid", equivariant=False, baseline_dim=12)
     assert baseline.head.module.dim == 12

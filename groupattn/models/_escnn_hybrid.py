@@ -6,6 +6,7 @@ escnn is an optional extra: this module imports it only when a model is built.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 import torch
@@ -151,10 +152,14 @@ class EscnnHybrid(nn.Module):
             raise ConfigurationError(f"EscnnHybrid: expected an odd kernel_size, got {kernel_size}")
         dilations = tuple(int(d) for d in stem_dilations)
         for what, value in (("dim", dim), ("baseline_dim", baseline_dim)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, numbers.Integral)
+            ):
                 raise ConfigurationError(
                     f"EscnnHybrid: expected {what} to be an int, got {type(value).__name__}"
                 )
+        dim = int(dim)
+        baseline_dim = None if baseline_dim is None else int(baseline_dim)
         if baseline_dim is None:
             heads = max(1, num_heads)
             baseline_dim = heads * max(1, round(dim * math.sqrt(pg.order()) / heads))
