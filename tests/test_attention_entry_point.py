@@ -74,14 +74,18 @@ def _autograd_nodes(out: torch.Tensor) -> set[str]:
     return names
 
 
+#: the chunked implementation's autograd functions: dense, and gathering halos (local layers)
+_CHUNKED_NODES = ("AttendTrainableBias", "AttendHalos")
+
+
 def _uses_chunked(out: torch.Tensor) -> bool:
-    return any("AttendTrainableBias" in name for name in _autograd_nodes(out))
+    return any(node in name for name in _autograd_nodes(out) for node in _CHUNKED_NODES)
 
 
 def _uses_sdpa_backward(out: torch.Tensor) -> bool:
     """SDPA's own backward (fused or the unfused math path's softmax)."""
     names = _autograd_nodes(out)
-    return any("Attention" in n and "AttendTrainableBias" not in n for n in names) or any(
+    return any("Attention" in n and not any(c in n for c in _CHUNKED_NODES) for n in names) or any(
         "Softmax" in n for n in names
     )
 

@@ -34,7 +34,7 @@ from ..positional._group import (
     relative_geometry,
     window_tiling,
 )
-from ._kernel import attend
+from ._kernel import attend, attend_halos
 
 __all__ = ["GroupSelfAttention", "resolve_point_group"]
 
@@ -241,14 +241,6 @@ class _RotoTranslationAttention(nn.Module):
             k_all = torch.cat([k_all, k_all.new_zeros(b, 1, *k_all.shape[2:])], dim=1)
             v_all = torch.cat([v_all, v_all.new_zeros(b, 1, *v_all.shape[2:])], dim=1)
         s = tiling.halo.shape[1]
-        halo = tiling.halo.reshape(-1).to(device)
-        k, v = (
-            part.index_select(1, halo)
-            .view(b, tiles, s, g_key, heads, d)
-            .permute(0, 1, 4, 2, 3, 5)
-            .reshape(b * tiles, heads, s * g_key, d)
-            for part in (k_all, v_all)
-        )
         q = q_all.index_select(1, tiling.queries.reshape(-1).to(device)).view(
             b, tiles, p, g_key, heads, d
         )
@@ -273,7 +265,11 @@ class _RotoTranslationAttention(nn.Module):
             qv = torch.einsum("bepd,ted->bept", q, vectors.to(q.dtype)) / math.sqrt(d)
             pos = qv.gather(-1, entries.to(device).expand(b * tiles, heads, p * g, s * g_key))
             logits_bias = logits_bias + pos
-        out = attend(q, k, v, logits_bias, module=type(self).__name__)  # (B·tiles, heads, P·G, d)
+        # keys and values are gathered into their halos inside attend_halos: on the chunked
+        # (training) path it keeps the tokens for the backward pass, not the halos
+        out = attend_halos(
+            q, k_all, v_all, tiling.halo.to(device), logits_bias, module=type(self).__name__
+        )  # (B·tiles, heads, P·G, d)
         out = (
             out.view(b, tiles, heads, p, g, d)
             .permute(0, 1, 3, 4, 2, 5)

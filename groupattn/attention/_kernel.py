@@ -400,13 +400,15 @@ def _chunked_backward(
     grad_out: torch.Tensor,
     chunk_elements: int = _DEFAULT_CHUNK_ELEMENTS,
     bias_grad: bool = True,
+    masked_rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """``(dq, dk, dv, dbias)`` of softmax attention, in chunks of at most ``chunk_elements`` logits.
 
     ``query`` ``(B, heads, Q, d)``, ``key`` / ``value`` ``(B, heads, K, d)`` / ``(B, heads, K, d_v)``,
     ``bias`` 4-D and broadcastable to ``(B, heads, Q, K)`` (``dbias`` has its shape, summed
     over the broadcast axes; ``None`` unless ``bias_grad``), ``out`` and ``grad_out``
-    ``(B, heads, Q, d_v)``.
+    ``(B, heads, Q, d_v)``. ``masked_rows``: ``bias.amax(-1, keepdim=True) == -inf``, when
+    the caller already has it (it is found from the bias otherwise).
     """
     b, heads, q_len, d = query.shape
     k_len = key.shape[-2]
@@ -414,8 +416,9 @@ def _chunked_backward(
     # the layers' head merge hands back a permuted gradient: one copy here, not one per matmul
     grad_out = grad_out.contiguous()
     grad_q = torch.empty(query.shape, dtype=query.dtype, device=query.device)
-    grad_k = torch.zeros(key.shape, dtype=key.dtype, device=key.device)
-    grad_v = torch.zeros(value.shape, dtype=value.dtype, device=value.device)
+    # written by each batch chunk's first row chunk, accumulated by the others: no zero fill
+    grad_k = torch.empty(key.shape, dtype=key.dtype, device=key.device)
+    grad_v = torch.empty(value.shape, dtype=value.dtype, device=value.device)
     grad_bias = torch.zeros(bias.shape, dtype=bias.dtype, device=bias.device) if bias_grad else None
     rows = max(1, min(q_len, chunk_elements // max(1, heads * k_len)))
     batch_chunk = max(1, min(b, chunk_elements // max(1, heads * rows * k_len)))
@@ -425,7 +428,12 @@ def _chunked_backward(
     # a row whose every key is masked (-inf in the bias; q·k is finite) has no softmax: SDPA
     # outputs zeros there and passes no gradient through it; softmax alone would give NaN
     # probabilities, and NaN gradients for every key and value. Found once, from the bias.
-    masked = (bias.amax(dim=-1, keepdim=True) == -math.inf).expand(b, heads, q_len, 1)
+    if masked_rows is None:
+        masked_rows = bias.amax(dim=-1, keepdim=True) == -math.inf
+    masked = masked_rows.expand(b, heads, q_len, 1)
+    # local attention masks keys, rarely whole rows: skip the fill when no row is masked
+    # (read on the CPU only: on an accelerator it would be a host synchronisation)
+    fill = not _values_readable(masked_rows) or bool(masked_rows.any())
     for b0 in range(0, b, batch_chunk):
         b1 = min(b, b0 + batch_chunk)
         k_chunk, v_chunk = key[b0:b1], value[b0:b1]
@@ -434,14 +442,24 @@ def _chunked_backward(
             q_chunk, do_chunk = query[b0:b1, :, r0:r1], grad_out[b0:b1, :, r0:r1]
             logits = torch.matmul(q_chunk, k_chunk.transpose(-1, -2)).mul_(scale)
             logits.add_(bias_full[b0:b1, :, r0:r1])
-            probs = torch.softmax(logits, dim=-1).masked_fill_(masked[b0:b1, :, r0:r1], 0.0)
+            probs = torch.softmax(logits, dim=-1)
+            if fill:
+                probs.masked_fill_(masked[b0:b1, :, r0:r1], 0.0)
             del logits
-            grad_v[b0:b1] += torch.matmul(probs.transpose(-1, -2), do_chunk)
+            first = r0 == 0
+            if first:
+                torch.matmul(probs.transpose(-1, -2), do_chunk, out=grad_v[b0:b1])
+            else:
+                grad_v[b0:b1] += torch.matmul(probs.transpose(-1, -2), do_chunk)
             row_dot = (do_chunk * out[b0:b1, :, r0:r1]).sum(-1, keepdim=True)
             d_logits = torch.matmul(do_chunk, v_chunk.transpose(-1, -2)).sub_(row_dot).mul_(probs)
             del probs
             grad_q[b0:b1, :, r0:r1] = torch.matmul(d_logits, k_chunk) * scale
-            grad_k[b0:b1] += torch.matmul(d_logits.transpose(-1, -2), q_chunk) * scale
+            if first:
+                torch.matmul(d_logits.transpose(-1, -2), q_chunk, out=grad_k[b0:b1])
+                grad_k[b0:b1] *= scale
+            else:
+                grad_k[b0:b1] += torch.matmul(d_logits.transpose(-1, -2), q_chunk) * scale
             if grad_bias is not None:
                 if reduce_dims:
                     d_logits = d_logits.sum(dim=reduce_dims, keepdim=True)
@@ -522,6 +540,164 @@ def attend(
             query, key, value, bias, _chunk_elements
         )
     return _sdpa(query, key, value, bias, dropout)
+
+
+def _halo_rows(tokens: torch.Tensor, halo: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    """The rows of ``tokens`` ``(B, heads, N, G, d)``, flattened to ``(B·heads·N, G·d)``, that
+    make up the halos of tiles ``start … stop − 1`` of ``B·T``: long
+    ``((stop − start)·heads·S,)``, by tile, then head, then halo position (tile
+    ``j = b·T + t`` reads the tokens ``halo[t]`` of sample ``b``)."""
+    heads, n = tokens.shape[1], tokens.shape[2]
+    t = halo.shape[0]
+    tiles = torch.arange(start, stop, device=tokens.device)
+    sample = torch.div(tiles, t, rounding_mode="floor")
+    head = torch.arange(heads, device=tokens.device)
+    first = (sample[:, None] * heads + head[None, :]) * n  # (tiles, heads)
+    return (first[:, :, None] + halo[tiles - sample * t][:, None, :]).reshape(-1)
+
+
+def _gather_halos(tokens: torch.Tensor, halo: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    """Keys (or values) of tiles ``start … stop − 1`` of ``B·T``, gathered from their tokens.
+
+    ``tokens`` ``(B, heads, N, G, d)`` contiguous — head-major, so that one row copy per
+    (tile, head, halo position) gives the attention layout directly; ``halo`` long
+    ``(T, S)``. Returns ``(stop − start, heads, S·G, d)``.
+    """
+    b, heads, n, g, d = tokens.shape
+    rows = _halo_rows(tokens, halo, start, stop)
+    picked = tokens.reshape(b * heads * n, g * d).index_select(0, rows)
+    return picked.view(stop - start, heads, halo.shape[1] * g, d)
+
+
+def _scatter_halos(
+    grad_tokens: torch.Tensor, grad: torch.Tensor, halo: torch.Tensor, start: int, stop: int
+) -> None:
+    """Add the gradient ``(stop − start, heads, S·G, d)`` of gathered halos into
+    ``grad_tokens`` ``(B, heads, N, G, d)``: the adjoint of ``_gather_halos``."""
+    b, heads, n, g, d = grad_tokens.shape
+    rows = _halo_rows(grad_tokens, halo, start, stop)
+    grad_tokens.view(b * heads * n, g * d).index_add_(0, rows, grad.reshape(-1, g * d))
+
+
+class _AttendHalos(torch.autograd.Function):
+    """``attend`` over keys and values gathered into halos, saving the tokens, not the halos.
+
+    The ``"chunked"`` implementation for local attention by tiles: the forward pass gathers
+    every tile's halo and runs the fused kernel; the backward pass gathers the halos again,
+    a chunk of tiles at a time, runs the chunked backward on them and adds the halos'
+    gradients straight back into the tokens' — so neither the halos (each token copied
+    into every halo that holds it) nor their gradients outlive one chunk.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        query: torch.Tensor,
+        key_tokens: torch.Tensor,
+        value_tokens: torch.Tensor,
+        halo: torch.Tensor,
+        bias: torch.Tensor,
+        chunk_elements: int,
+    ) -> torch.Tensor:
+        tiles = query.shape[0]
+        with torch.no_grad():
+            key = _gather_halos(key_tokens, halo, 0, tiles)
+            value = _gather_halos(value_tokens, halo, 0, tiles)
+            out = _sdpa(query.detach(), key, value, bias.detach())
+        del key, value
+        ctx.save_for_backward(query, key_tokens, value_tokens, halo, bias, out)
+        ctx.chunk_elements = chunk_elements
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+        query, key_tokens, value_tokens, halo, bias, out = ctx.saved_tensors
+        tiles, heads, q_len, _ = query.shape
+        k_len = halo.shape[1] * key_tokens.shape[3]
+        grad_out = grad_out.contiguous()
+        grad_query = torch.empty_like(query)
+        grad_key = torch.zeros_like(key_tokens)
+        grad_value = torch.zeros_like(value_tokens)
+        bias_grad = bool(ctx.needs_input_grad[4])
+        grad_bias = torch.zeros_like(bias) if bias_grad else None
+        masked_rows = bias.amax(dim=-1, keepdim=True) == -math.inf
+        per_bias = bias.shape[0] != 1
+        step = max(1, ctx.chunk_elements // max(1, heads * q_len * k_len))
+        for start in range(0, tiles, step):
+            stop = min(tiles, start + step)
+            part = slice(start, stop) if per_bias else slice(None)
+            d_q, d_k, d_v, d_bias = _chunked_backward(
+                query[start:stop],
+                _gather_halos(key_tokens, halo, start, stop),
+                _gather_halos(value_tokens, halo, start, stop),
+                bias[part],
+                out[start:stop],
+                grad_out[start:stop],
+                ctx.chunk_elements,
+                bias_grad=bias_grad,
+                masked_rows=masked_rows[part],
+            )
+            grad_query[start:stop] = d_q
+            _scatter_halos(grad_key, d_k, halo, start, stop)
+            _scatter_halos(grad_value, d_v, halo, start, stop)
+            if grad_bias is not None and d_bias is not None:
+                grad_bias[part] += d_bias
+        return grad_query, grad_key, grad_value, None, grad_bias, None
+
+
+def attend_halos(
+    query: torch.Tensor,
+    key_tokens: torch.Tensor,
+    value_tokens: torch.Tensor,
+    halo: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    module: str = "attend_halos",
+) -> torch.Tensor:
+    """[`attend`][groupattn.attention.attend] with keys and values gathered from tokens into halos.
+
+    The same function as ``attend(query, gather(key_tokens), gather(value_tokens), bias)``
+    with ``gather(t)[b·T + i] = t[b, halo[i]]`` laid out ``(B·T, heads, S·G, d)`` (halo
+    position major, then ``G``); on the
+    ``"chunked"`` implementation (a bias that requires a gradient, or forced) it keeps the
+    tokens for the backward pass instead of the halos, which hold every token once per halo
+    it falls in (about four times for 5 × 5 windows by 4 × 4 tiles).
+
+    Parameters
+    ----------
+    query
+        ``(B·T, heads, Q, d)``.
+    key_tokens, value_tokens
+        ``(B, N, G, heads, d)``.
+    halo
+        Long ``(T, S)``: the tokens of each tile's halo, entries in ``[0, N)``.
+    bias
+        Broadcastable to ``(B·T, heads, Q, S·G)`` and 4-D, or ``None``.
+    module
+        Name used in error messages.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B·T, heads, Q, d)``.
+    """
+    if bias is not None:
+        bias = bias.to(query.dtype)
+    if choose_implementation(query, bias, 0.0, module=module) == "chunked":
+        if bias is None:
+            bias = query.new_zeros(1, 1, 1, 1)
+        return _AttendHalos.apply(  # type: ignore[no-any-return]
+            query, _head_major(key_tokens), _head_major(value_tokens), halo, bias, _chunk_elements
+        )
+    tiles = query.shape[0]
+    key = _gather_halos(_head_major(key_tokens), halo, 0, tiles)
+    value = _gather_halos(_head_major(value_tokens), halo, 0, tiles)
+    return attend(query, key, value, bias, module=module)
+
+
+def _head_major(tokens: torch.Tensor) -> torch.Tensor:
+    """``(B, N, G, heads, d)`` → contiguous ``(B, heads, N, G, d)``."""
+    return tokens.permute(0, 3, 1, 2, 4).contiguous()
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
