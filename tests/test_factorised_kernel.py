@@ -210,13 +210,15 @@ def test_partial_requires_grad() -> None:
 
 
 def test_double_backward_raises_clearly() -> None:
-    """Second derivatives are not implemented: asking for one raises (never a silent zero)."""
+    """Second derivatives are not implemented: asking for one (a backward pass that builds
+    a graph) raises, naming the caller — never a silent zero or a dropped term."""
+    from groupattn import ConfigurationError
+
     q, k, v, bias = _inputs(1, 1, 2, 2, 3, 3, 2, 3)
-    out = attend_shared_query_windows(q, k, v, bias, 3)
+    out = attend_shared_query_windows(q, k, v, bias, 3, module="MyLayer")
     assert out is not None
-    (grad_q,) = torch.autograd.grad(out.square().sum(), (q,), create_graph=True)
-    with pytest.raises(RuntimeError, match="once_differentiable"):
-        grad_q.sum().backward()
+    with pytest.raises(ConfigurationError, match="MyLayer: the 'factorised' attention"):
+        torch.autograd.grad(out.square().sum(), (q,), create_graph=True)
 
 
 # ---------------------------------------------------------------- torch.compile

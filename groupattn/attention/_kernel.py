@@ -28,7 +28,6 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensor
-from torch.autograd.function import once_differentiable
 
 from .._errors import ConfigurationError
 
@@ -348,6 +347,21 @@ def _sdpa(
     return F.scaled_dot_product_attention(query, key, value, attn_mask=bias, dropout_p=dropout)
 
 
+def _refuse_double_backward(module: str, implementation: str) -> None:
+    """Raise when a custom backward is asked to build a graph (``create_graph=True``).
+
+    The chunked and factorised backward passes are written out by hand and are not
+    themselves differentiable; PyTorch's ``once_differentiable`` would let a second-order
+    gradient taken with ``torch.autograd.grad(..., inputs=...)`` silently drop their terms.
+    """
+    if torch.is_grad_enabled():
+        raise ConfigurationError(
+            f"{module}: the {implementation!r} attention implementation has no second-order "
+            "gradient (a backward pass with create_graph=True, e.g. a gradient penalty); run "
+            "the layer under attention_implementation('sdpa') for higher-order gradients"
+        )
+
+
 class _AttendTrainableBias(torch.autograd.Function):
     """SDPA forward, memory-bounded chunked backward (the ``"chunked"`` implementation).
 
@@ -368,15 +382,18 @@ class _AttendTrainableBias(torch.autograd.Function):
         value: torch.Tensor,
         bias: torch.Tensor,
         chunk_elements: int,
+        module: str,
     ) -> torch.Tensor:
         with torch.no_grad():  # a detached mask keeps the fused kernel
             out = _sdpa(query.detach(), key.detach(), value.detach(), bias.detach())
         ctx.save_for_backward(query, key, value, bias, out)
         ctx.chunk_elements = chunk_elements
+        ctx.module = module
         return out
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+        _refuse_double_backward(ctx.module, "chunked")
         query, key, value, bias, out = ctx.saved_tensors
         grads = _chunked_backward(
             query,
@@ -388,7 +405,7 @@ class _AttendTrainableBias(torch.autograd.Function):
             ctx.chunk_elements,
             bias_grad=bool(ctx.needs_input_grad[3]),
         )
-        return (*grads, None)
+        return (*grads, None, None)
 
 
 def _chunked_backward(
@@ -413,13 +430,25 @@ def _chunked_backward(
     b, heads, q_len, d = query.shape
     k_len = key.shape[-2]
     scale = 1.0 / math.sqrt(d)
+    dtypes = (query.dtype, key.dtype, value.dtype, bias.dtype)
+    work = _compute_dtype(query.dtype)
+    if query.dtype != work:  # half precisions: logits, softmax and products in float32
+        query, key, value, out, grad_out, bias = (
+            t.to(work) for t in (query, key, value, out, grad_out, bias)
+        )
     # the layers' head merge hands back a permuted gradient: one copy here, not one per matmul
     grad_out = grad_out.contiguous()
     grad_q = torch.empty(query.shape, dtype=query.dtype, device=query.device)
     # written by each batch chunk's first row chunk, accumulated by the others: no zero fill
     grad_k = torch.empty(key.shape, dtype=key.dtype, device=key.device)
     grad_v = torch.empty(value.shape, dtype=value.dtype, device=value.device)
-    grad_bias = torch.zeros(bias.shape, dtype=bias.dtype, device=bias.device) if bias_grad else None
+    # the bias gradient sums over every chunk (and the broadcast axes): in float32 for half
+    # precisions, rounded to the bias's dtype once at the end
+    grad_bias = (
+        torch.zeros(bias.shape, dtype=_compute_dtype(bias.dtype), device=bias.device)
+        if bias_grad
+        else None
+    )
     rows = max(1, min(q_len, chunk_elements // max(1, heads * k_len)))
     batch_chunk = max(1, min(b, chunk_elements // max(1, heads * rows * k_len)))
     full = (b, heads, q_len, k_len)
@@ -466,7 +495,12 @@ def _chunked_backward(
                 batch_slice = slice(None) if bias.shape[0] == 1 else slice(b0, b1)
                 row_slice = slice(None) if bias.shape[2] == 1 else slice(r0, r1)
                 grad_bias[batch_slice, :, row_slice] += d_logits
-    return grad_q, grad_k, grad_v, grad_bias
+    return (
+        grad_q.to(dtypes[0]),
+        grad_k.to(dtypes[1]),
+        grad_v.to(dtypes[2]),
+        None if grad_bias is None else grad_bias.to(dtypes[3]),
+    )
 
 
 def attend(
@@ -537,7 +571,7 @@ def attend(
         elif bias.dim() < 4:
             bias = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
         return _AttendTrainableBias.apply(  # type: ignore[no-any-return]
-            query, key, value, bias, _chunk_elements
+            query, key, value, bias, _chunk_elements, module
         )
     return _sdpa(query, key, value, bias, dropout)
 
@@ -598,6 +632,7 @@ class _AttendHalos(torch.autograd.Function):
         halo: torch.Tensor,
         bias: torch.Tensor,
         chunk_elements: int,
+        module: str,
     ) -> torch.Tensor:
         tiles = query.shape[0]
         with torch.no_grad():
@@ -607,11 +642,12 @@ class _AttendHalos(torch.autograd.Function):
         del key, value
         ctx.save_for_backward(query, key_tokens, value_tokens, halo, bias, out)
         ctx.chunk_elements = chunk_elements
+        ctx.module = module
         return out
 
     @staticmethod
-    @once_differentiable
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+        _refuse_double_backward(ctx.module, "chunked")
         query, key_tokens, value_tokens, halo, bias, out = ctx.saved_tensors
         tiles, heads, q_len, _ = query.shape
         k_len = halo.shape[1] * key_tokens.shape[3]
@@ -620,7 +656,12 @@ class _AttendHalos(torch.autograd.Function):
         grad_key = torch.zeros_like(key_tokens)
         grad_value = torch.zeros_like(value_tokens)
         bias_grad = bool(ctx.needs_input_grad[4])
-        grad_bias = torch.zeros_like(bias) if bias_grad else None
+        # summed over the chunks in float32 for half precisions (see _chunked_backward)
+        grad_bias = (
+            torch.zeros(bias.shape, dtype=_compute_dtype(bias.dtype), device=bias.device)
+            if bias_grad
+            else None
+        )
         masked_rows = bias.amax(dim=-1, keepdim=True) == -math.inf
         per_bias = bias.shape[0] != 1
         step = max(1, ctx.chunk_elements // max(1, heads * q_len * k_len))
@@ -643,7 +684,9 @@ class _AttendHalos(torch.autograd.Function):
             _scatter_halos(grad_value, d_v, halo, start, stop)
             if grad_bias is not None and d_bias is not None:
                 grad_bias[part] += d_bias
-        return grad_query, grad_key, grad_value, None, grad_bias, None
+        if grad_bias is not None:
+            grad_bias = grad_bias.to(bias.dtype)
+        return grad_query, grad_key, grad_value, None, grad_bias, None, None
 
 
 def attend_halos(
@@ -687,7 +730,13 @@ def attend_halos(
         if bias is None:
             bias = query.new_zeros(1, 1, 1, 1)
         return _AttendHalos.apply(  # type: ignore[no-any-return]
-            query, _head_major(key_tokens), _head_major(value_tokens), halo, bias, _chunk_elements
+            query,
+            _head_major(key_tokens),
+            _head_major(value_tokens),
+            halo,
+            bias,
+            _chunk_elements,
+            module,
         )
     tiles = query.shape[0]
     key = _gather_halos(_head_major(key_tokens), halo, 0, tiles)
@@ -916,6 +965,7 @@ class _FactorisedWindows(torch.autograd.Function):
         bias: torch.Tensor,
         k: int,
         circular: bool,
+        module: str,
     ) -> torch.Tensor:
         table = _window_table(bias, _compute_dtype(query.dtype))
         out, weights, denominators, inputs = _factorised_forward(
@@ -926,11 +976,12 @@ class _FactorisedWindows(torch.autograd.Function):
         )
         ctx.window = (k, circular, tuple(query.shape), value.shape[2])
         ctx.dtypes = (query.dtype, key.dtype, value.dtype, bias.dtype)
+        ctx.module = module
         return out
 
     @staticmethod
-    @once_differentiable
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+        _refuse_double_backward(ctx.module, "factorised")
         all_q, all_keys, all_values, table, all_denominators, out, *all_weights = ctx.saved_tensors
         k, circular, shape, d_v = ctx.window
         q_dtype, k_dtype, v_dtype, bias_dtype = ctx.dtypes
@@ -1004,6 +1055,7 @@ class _FactorisedWindows(torch.autograd.Function):
             grad_k.permute(2, 0, 1, 3, 4),
             grad_v.permute(2, 0, 1, 3, 4),
             grad_bias,
+            None,
             None,
             None,
         )
@@ -1084,7 +1136,8 @@ def attend_shared_query_windows(
     compute in float32. With gradients a custom autograd function saves the channels-first
     inputs, the table, the output and, per pixel and head, the ``k²`` content weights and
     ``G`` denominators, and *recomputes* the weighted values in backward (formulas in
-    ``_FactorisedWindows``); double backward is not supported (it raises). Nothing reads
+    ``_FactorisedWindows``); double backward is not supported: a backward pass with
+    ``create_graph=True`` raises ``ConfigurationError``. Nothing reads
     tensor values on the host: it compiles with ``torch.compile(fullgraph=True)``.
     """
     heads, height, width = query.shape[1], query.shape[3], query.shape[4]
@@ -1111,7 +1164,7 @@ def attend_shared_query_windows(
         return None
     if torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value, bias)):
         return _FactorisedWindows.apply(  # type: ignore[no-any-return]
-            query, key, value, bias, k, circular
+            query, key, value, bias, k, circular, module
         )
     table = _window_table(bias, _compute_dtype(query.dtype))
     return _factorised_forward(query, key, value, table, k, circular)[0]
