@@ -590,26 +590,23 @@ def _halo_rows(tokens: torch.Tensor, halo: torch.Tensor, start: int, stop: int) 
     return (first[:, :, None] + halo[tiles - sample * t][:, None, :]).reshape(-1)
 
 
-def _gather_halos(tokens: torch.Tensor, halo: torch.Tensor, start: int, stop: int) -> torch.Tensor:
-    """Keys (or values) of tiles ``start … stop − 1`` of ``B·T``, gathered from their tokens.
+def _gather_halos(tokens: torch.Tensor, rows: torch.Tensor, tiles: int) -> torch.Tensor:
+    """Keys (or values) of ``tiles`` tiles, gathered from their tokens by ``rows``
+    (``_halo_rows``).
 
     ``tokens`` ``(B, heads, N, G, d)`` contiguous — head-major, so that one row copy per
-    (tile, head, halo position) gives the attention layout directly; ``halo`` long
-    ``(T, S)``. Returns ``(stop − start, heads, S·G, d)``.
+    (tile, head, halo position) gives the attention layout directly. Returns
+    ``(tiles, heads, S·G, d)``.
     """
     b, heads, n, g, d = tokens.shape
-    rows = _halo_rows(tokens, halo, start, stop)
     picked = tokens.reshape(b * heads * n, g * d).index_select(0, rows)
-    return picked.view(stop - start, heads, halo.shape[1] * g, d)
+    return picked.view(tiles, heads, -1, d)
 
 
-def _scatter_halos(
-    grad_tokens: torch.Tensor, grad: torch.Tensor, halo: torch.Tensor, start: int, stop: int
-) -> None:
-    """Add the gradient ``(stop − start, heads, S·G, d)`` of gathered halos into
-    ``grad_tokens`` ``(B, heads, N, G, d)``: the adjoint of ``_gather_halos``."""
+def _scatter_halos(grad_tokens: torch.Tensor, grad: torch.Tensor, rows: torch.Tensor) -> None:
+    """Add the gradient ``(tiles, heads, S·G, d)`` of gathered halos into ``grad_tokens``
+    ``(B, heads, N, G, d)``: the adjoint of ``_gather_halos`` with the same ``rows``."""
     b, heads, n, g, d = grad_tokens.shape
-    rows = _halo_rows(grad_tokens, halo, start, stop)
     grad_tokens.view(b * heads * n, g * d).index_add_(0, rows, grad.reshape(-1, g * d))
 
 
@@ -635,9 +632,10 @@ class _AttendHalos(torch.autograd.Function):
         module: str,
     ) -> torch.Tensor:
         tiles = query.shape[0]
+        rows = _halo_rows(key_tokens, halo, 0, tiles)
         with torch.no_grad():
-            key = _gather_halos(key_tokens, halo, 0, tiles)
-            value = _gather_halos(value_tokens, halo, 0, tiles)
+            key = _gather_halos(key_tokens, rows, tiles)
+            value = _gather_halos(value_tokens, rows, tiles)
             out = _sdpa(query.detach(), key, value, bias.detach())
         del key, value
         ctx.save_for_backward(query, key_tokens, value_tokens, halo, bias, out)
@@ -668,10 +666,11 @@ class _AttendHalos(torch.autograd.Function):
         for start in range(0, tiles, step):
             stop = min(tiles, start + step)
             part = slice(start, stop) if per_bias else slice(None)
+            rows = _halo_rows(key_tokens, halo, start, stop)  # the same for keys and values
             d_q, d_k, d_v, d_bias = _chunked_backward(
                 query[start:stop],
-                _gather_halos(key_tokens, halo, start, stop),
-                _gather_halos(value_tokens, halo, start, stop),
+                _gather_halos(key_tokens, rows, stop - start),
+                _gather_halos(value_tokens, rows, stop - start),
                 bias[part],
                 out[start:stop],
                 grad_out[start:stop],
@@ -680,8 +679,8 @@ class _AttendHalos(torch.autograd.Function):
                 masked_rows=masked_rows[part],
             )
             grad_query[start:stop] = d_q
-            _scatter_halos(grad_key, d_k, halo, start, stop)
-            _scatter_halos(grad_value, d_v, halo, start, stop)
+            _scatter_halos(grad_key, d_k, rows)
+            _scatter_halos(grad_value, d_v, rows)
             if grad_bias is not None and d_bias is not None:
                 grad_bias[part] += d_bias
         if grad_bias is not None:
@@ -739,8 +738,10 @@ def attend_halos(
             module,
         )
     tiles = query.shape[0]
-    key = _gather_halos(_head_major(key_tokens), halo, 0, tiles)
-    value = _gather_halos(_head_major(value_tokens), halo, 0, tiles)
+    key_tokens, value_tokens = _head_major(key_tokens), _head_major(value_tokens)
+    rows = _halo_rows(key_tokens, halo, 0, tiles)
+    key = _gather_halos(key_tokens, rows, tiles)
+    value = _gather_halos(value_tokens, rows, tiles)
     return attend(query, key, value, bias, module=module)
 
 
