@@ -590,9 +590,11 @@ def _halo_rows(tokens: torch.Tensor, halo: torch.Tensor, start: int, stop: int) 
     return (first[:, :, None] + halo[tiles - sample * t][:, None, :]).reshape(-1)
 
 
-def _gather_halos(tokens: torch.Tensor, rows: torch.Tensor, tiles: int) -> torch.Tensor:
-    """Keys (or values) of ``tiles`` tiles, gathered from their tokens by ``rows``
-    (``_halo_rows``).
+def _gather_halos(
+    tokens: torch.Tensor, rows: torch.Tensor, tiles: int, halo_size: int
+) -> torch.Tensor:
+    """Keys (or values) of ``tiles`` tiles with halos of ``halo_size`` tokens, gathered from
+    their tokens by ``rows`` (``_halo_rows``).
 
     ``tokens`` ``(B, heads, N, G, d)`` contiguous — head-major, so that one row copy per
     (tile, head, halo position) gives the attention layout directly. Returns
@@ -600,7 +602,7 @@ def _gather_halos(tokens: torch.Tensor, rows: torch.Tensor, tiles: int) -> torch
     """
     b, heads, n, g, d = tokens.shape
     picked = tokens.reshape(b * heads * n, g * d).index_select(0, rows)
-    return picked.view(tiles, heads, -1, d)
+    return picked.view(tiles, heads, halo_size * g, d)
 
 
 def _scatter_halos(grad_tokens: torch.Tensor, grad: torch.Tensor, rows: torch.Tensor) -> None:
@@ -634,8 +636,8 @@ class _AttendHalos(torch.autograd.Function):
         tiles = query.shape[0]
         rows = _halo_rows(key_tokens, halo, 0, tiles)
         with torch.no_grad():
-            key = _gather_halos(key_tokens, rows, tiles)
-            value = _gather_halos(value_tokens, rows, tiles)
+            key = _gather_halos(key_tokens, rows, tiles, halo.shape[1])
+            value = _gather_halos(value_tokens, rows, tiles, halo.shape[1])
             out = _sdpa(query.detach(), key, value, bias.detach())
         del key, value
         ctx.save_for_backward(query, key_tokens, value_tokens, halo, bias, out)
@@ -669,8 +671,8 @@ class _AttendHalos(torch.autograd.Function):
             rows = _halo_rows(key_tokens, halo, start, stop)  # the same for keys and values
             d_q, d_k, d_v, d_bias = _chunked_backward(
                 query[start:stop],
-                _gather_halos(key_tokens, rows, stop - start),
-                _gather_halos(value_tokens, rows, stop - start),
+                _gather_halos(key_tokens, rows, stop - start, halo.shape[1]),
+                _gather_halos(value_tokens, rows, stop - start, halo.shape[1]),
                 bias[part],
                 out[start:stop],
                 grad_out[start:stop],
@@ -740,8 +742,8 @@ def attend_halos(
     tiles = query.shape[0]
     key_tokens, value_tokens = _head_major(key_tokens), _head_major(value_tokens)
     rows = _halo_rows(key_tokens, halo, 0, tiles)
-    key = _gather_halos(key_tokens, rows, tiles)
-    value = _gather_halos(value_tokens, rows, tiles)
+    key = _gather_halos(key_tokens, rows, tiles, halo.shape[1])
+    value = _gather_halos(value_tokens, rows, tiles, halo.shape[1])
     return attend(query, key, value, bias, module=module)
 
 
