@@ -89,7 +89,9 @@ def circulant_matrix(row: Sequence[int]) -> torch.Tensor:
     return torch.tensor(list(row), dtype=torch.float64)[index]
 
 
-def quantize_per_sample(x: torch.Tensor, levels: float) -> torch.Tensor:
+def quantize_per_sample(
+    x: torch.Tensor, levels: float, dtype: torch.dtype | None = None
+) -> torch.Tensor:
     """``round(x / max|x| · levels)`` per sample (the largest magnitude becomes ``±levels``).
 
     A sample that is all zeros stays zeros; a sample with a NaN or infinite entry keeps
@@ -102,41 +104,60 @@ def quantize_per_sample(x: torch.Tensor, levels: float) -> torch.Tensor:
         ``(B, ...)`` floating point.
     levels
         A power of two.
+    dtype
+        The floating dtype of the result and of the arithmetic (default: the dtype of
+        ``x``). A wider one than ``x``'s gives the same numbers as quantizing ``x`` cast up
+        to it (the cast is exact), without a copy of ``x`` in that dtype.
 
     Returns
     -------
     torch.Tensor
-        ``(B, ...)`` integers in the dtype of ``x``.
+        ``(B, ...)`` integers in ``dtype``.
     """
     dims = tuple(range(1, x.dim()))
     # max |x| per sample (NaN propagates); abs().amax is several times faster than
-    # linalg.vector_norm(ord=inf) on the CPU and gives the same float
-    scale = x.abs().amax(dim=dims, keepdim=True)
-    usable = torch.logical_and(torch.isfinite(scale), scale > 0)
-    q = x / torch.where(usable, scale, torch.ones_like(scale))
-    return q.mul_(levels).round_()  # in place: one temporary
+    # linalg.vector_norm(ord=inf) or aminmax on the CPU and gives the same float (in x's
+    # dtype: the maximum of a cast-up tensor is the cast-up maximum)
+    scale = x.abs().amax(dim=dims, keepdim=True).to(dtype or x.dtype)
+    # 0 < scale < inf is False for NaN too: such a sample is divided by 1 / levels
+    usable = torch.logical_and(scale > 0, scale < math.inf)
+    # x / (scale / levels) is (x / scale) · levels bit for bit: levels is a power of two,
+    # so both only rescale the exactly rounded quotient (|x / scale| ≤ 1 cannot overflow,
+    # and a quotient small enough to underflow rounds to 0 either way); the division
+    # promotes x to the divisor's dtype exactly
+    divisor = torch.where(usable, scale, 1.0).div_(levels)
+    return torch.div(x, divisor).round_()  # in place: one temporary
 
 
 def blur_exactly(
-    x: torch.Tensor, left: torch.Tensor, right: torch.Tensor, levels: float
+    x: torch.Tensor,
+    left: torch.Tensor,
+    right: torch.Tensor,
+    levels: float,
+    dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """``left · q · right`` with ``q = quantize_per_sample(x, levels)``: exact integer arithmetic.
 
     Parameters
     ----------
     x
-        ``(B, C, H, W)`` in float64 (or float32 on a device without it).
+        ``(B, C, H, W)``, floating point (float64, or float32 on a device without it, or
+        any narrower float with a wider ``dtype``).
     left, right
         Integer matrices ``(H, H)`` and ``(W, W)`` (float64, any device; moved to ``x``'s),
         sized with ``levels`` so that every partial sum stays below ``2**(significand − 1)``.
     levels
         The quantization levels (a power of two).
+    dtype
+        The dtype of the arithmetic and the result (default: the dtype of ``x``; a wider
+        one casts ``x`` up exactly, see ``quantize_per_sample``).
 
     Returns
     -------
     torch.Tensor
-        ``(B, C, H, W)``: integers in the dtype of ``x``.
+        ``(B, C, H, W)``: integers in ``dtype``.
     """
-    left = left.to(device=x.device, dtype=x.dtype)
-    right = right.to(device=x.device, dtype=x.dtype)
-    return torch.matmul(torch.matmul(left, quantize_per_sample(x, levels)), right)
+    dtype = x.dtype if dtype is None else dtype
+    left = left.to(device=x.device, dtype=dtype)
+    right = right.to(device=x.device, dtype=dtype)
+    return torch.matmul(torch.matmul(left, quantize_per_sample(x, levels, dtype)), right)

@@ -71,7 +71,8 @@ Precision
 ---------
 Scores in float64 ([`score_dtype`][groupattn.canonical.score_dtype]) with autocast
 disabled; the roll runs in the input's dtype (the output is a permutation of the input,
-bit for bit).
+bit for bit). ``CentreAnchor`` scores images on a device without float64 on the CPU (its
+exact blur needs float64's bits).
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ from ._exact_blur import (
     significand_bits,
 )
 from ._polyphase import _check_stride, _gather_roll
-from ._precision import scoring, to_score_dtype
+from ._precision import score_dtype, score_source, scoring, to_score_dtype
 from ._types import Canonicalized
 
 #: The largest ``window`` of ``CentreAnchor`` (memory grows with its number of rings, about
@@ -392,12 +393,19 @@ def _lexicographic(scores: torch.Tensor) -> torch.Tensor:
     phases tied on all earlier ones (the last score when none does), restricted to those
     phases: the others are set just below the lowest of them. Its arg-max (lowest index
     on a tie) is the lexicographic choice, and its margin is the deciding score's margin.
-    NaN in any score makes the row NaN.
+    NaN in any score makes the row NaN. A single score (``n = 1``) is returned as a view
+    of ``scores``, which its NaN rows are written into (unless it requires grad).
     """
     b, n, k = scores.shape
     if n == 1:  # a single score decides
         s = scores[:, 0]
-        return torch.where(s.isnan().any(dim=1, keepdim=True), torch.full_like(s, float("nan")), s)
+        # the row's maximum is NaN exactly when the row has a NaN (amax propagates it): a
+        # (B, 1) test, broadcast, and no (B, K) temporaries
+        nan = s.amax(dim=1, keepdim=True).isnan()
+        if s.requires_grad:
+            return s.masked_fill(nan, float("nan"))
+        # the callers pass a fresh cascade: fill it in place (no (B, K) temporary)
+        return s.masked_fill_(nan, float("nan"))
     candidates = torch.ones(b, k, dtype=torch.bool, device=scores.device)
     decided = torch.zeros(b, 1, dtype=torch.bool, device=scores.device)
     minus_inf = torch.tensor(float("-inf"), dtype=scores.dtype, device=scores.device)
@@ -579,7 +587,13 @@ def _blur_matrices(
     return left, right, 2.0 ** (mantissa - 1 - 2 * total_bits)
 
 
-def _integer_blur(x: torch.Tensor, sigma: float, offset: int = 0, box: int = 1) -> torch.Tensor:
+def _integer_blur(
+    x: torch.Tensor,
+    sigma: float,
+    offset: int = 0,
+    box: int = 1,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
     """A circular Gaussian blur that moves with the image under every element of p4m, bit for bit.
 
     Every number is an integer small enough for the floating dtype of ``x`` (float64: below
@@ -608,21 +622,29 @@ def _integer_blur(x: torch.Tensor, sigma: float, offset: int = 0, box: int = 1) 
         A roll of the result by ``(−offset, −offset)``.
     box
         The side of the summed block, ``≥ 1``.
+    dtype
+        The dtype of the arithmetic (default: the dtype of ``x``; a wider one casts ``x``
+        up exactly, without a copy).
 
     Returns
     -------
     torch.Tensor
-        ``(B, C, S, S)``: integers in the dtype of ``x``; NaN / inf throughout a sample
-        that has a non-finite pixel.
+        ``(B, C, S, S)``: integers in ``dtype``; NaN / inf throughout a sample that has a
+        non-finite pixel.
     """
+    dtype = x.dtype if dtype is None else dtype
     left, right, levels = _blur_matrices(
-        int(x.shape[-1]), sigma, offset, box, significand_bits(x.dtype)
+        int(x.shape[-1]), sigma, offset, box, significand_bits(dtype)
     )
-    return blur_exactly(x, left, right, levels)
+    return blur_exactly(x, left, right, levels, dtype)
 
 
-def _centre_scores(x: torch.Tensor, sigma: float, window: int) -> torch.Tensor:
-    """The ring scores ``(B, n, S²)`` of every phase (``n = len(patch_rings(window))``), in the dtype of ``x``.
+def _centre_scores(
+    x: torch.Tensor, sigma: float, window: int, dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """The ring scores ``(B, n, S²)`` of every phase (``n = len(patch_rings(window))``), in ``dtype``.
+
+    ``dtype`` defaults to the dtype of ``x``; a wider one casts ``x`` up exactly (no copy).
 
     Column ``a·S + b`` scores phase ``(a, b)``: the ``window × window`` block at the centre
     of the ``S × S`` patch whose top-left corner is ``(a, b)`` — its top-left corner at
@@ -633,9 +655,9 @@ def _centre_scores(x: torch.Tensor, sigma: float, window: int) -> torch.Tensor:
     """
     b, _, s, _ = x.shape
     if window == 2:  # a single ring, the 2 × 2 block: summed inside the exact products
-        block = _integer_blur(x, sigma, (s - window) // 2, box=2).square_()
+        block = _integer_blur(x, sigma, (s - window) // 2, box=2, dtype=dtype).square_()
         return (block if block.shape[1] == 1 else block.sum(dim=1)).reshape(b, 1, s * s)
-    blurred = _integer_blur(x, sigma, (s - window) // 2)
+    blurred = _integer_blur(x, sigma, (s - window) // 2, dtype=dtype)
     rings = _ring_sums(_window_view(blurred, window), window)
     return torch.stack([(r * r).sum(dim=1).reshape(b, s * s) for r in rings], dim=1)
 
@@ -681,13 +703,33 @@ def _check_centre_input(module: str, x: torch.Tensor, window: int) -> int:
     return side
 
 
+def _centre_score_device(device: torch.device) -> torch.device:
+    """Where ``CentreAnchor`` scores images held on ``device``: there, or on the CPU when
+    ``device`` has no float64 (Apple ``mps``).
+
+    The exact blur needs float64's 53 bits: in float32 the weights of a wide blur get about
+    5 bits (``σ = 9.6`` on 32 × 32: every weight rounds to 1, the blur is flat and every
+    phase ties), so a device without float64 sends the image to the CPU to be scored and
+    gets the decision back (a host round trip) — the same decisions as on the CPU.
+    """
+    return device if score_dtype(device) == torch.float64 else torch.device("cpu")
+
+
 def _centre_anchor(x: torch.Tensor, sigma: float, window: int) -> Canonicalized:
     """[`centre_anchor`][groupattn.canonical.centre_anchor] after the checks."""
     side = int(x.shape[-1])
-    with scoring(x.device):
-        scores = _centre_scores(to_score_dtype(x), sigma, window)
-    deciding = _lexicographic(scores)
+    device = _centre_score_device(x.device)
+    # the scores are integers of a rounded image: nothing to differentiate
+    with scoring(device), torch.no_grad():
+        # the blur casts a float input up to the score dtype exactly inside its first
+        # division (no float64 copy of the image)
+        source, dtype = score_source(x.detach().to(device))
+        scores = _centre_scores(source, sigma, window, dtype)
+        deciding = _lexicographic(scores)
     index, margin = argmax_with_margin(deciding, x.dtype)  # reports ties when recording
+    if device != x.device:  # scored on the CPU: the decision goes back to the data
+        index = index.to(x.device)
+        margin = margin.to(x.device, score_dtype(x.device))
     row = torch.div(index, side, rounding_mode="floor")
     col = index - row * side
     return Canonicalized(_gather_roll(x, row, col, None), torch.stack([row, col], dim=1), margin)
@@ -802,7 +844,10 @@ class CentreAnchor(PatchGridAnchor):
 
     Shapes: ``(B, C, S, S) → Canonicalized(output (B, C, S, S), frame (B, 2), margin (B,))``
     (see [`centre_anchor`][groupattn.canonical.centre_anchor]); scores in float64 with
-    autocast disabled, the output in the input's dtype.
+    autocast disabled, the output in the input's dtype. On a device without float64
+    (Apple ``mps``) the image is scored on the CPU and the decision moved back (a host
+    round trip): float32 would leave a wide blur's integer weights too few bits (at
+    ``σ = 9.6`` on 32 × 32 every weight rounds to 1, and every phase would tie).
 
     Parameters
     ----------

@@ -171,13 +171,30 @@ def _gather_roll(
 ) -> torch.Tensor:
     """``out[b] = roll(x[b], (−shift_y[b], −shift_x[b]))`` in one batched gather."""
     if grid is None:
-        b, c, height, width = x.shape
-        index = _roll_index(shift_y, shift_x, height, width)
-        flat = x.reshape(b, c, height * width)
-        return torch.gather(flat, 2, index[:, None, :].expand(b, c, height * width)).reshape(
-            x.shape
-        )
+        return _window_roll(x, shift_y, shift_x)
     return gather_tokens(x, _roll_index(shift_y, shift_x, grid[0], grid[1]))
+
+
+def _window_roll(x: torch.Tensor, shift_y: torch.Tensor, shift_x: torch.Tensor) -> torch.Tensor:
+    """``out[b] = roll(x[b], (−shift_y[b], −shift_x[b]))`` for images ``(B, C, H, W)``, as row copies.
+
+    Each output row is a contiguous run of ``W`` numbers of the image with its columns
+    repeated (``(B, C, H, 2W)``): row ``(shift_y + i) mod H`` from column ``shift_x``. One
+    ``index_select`` of those runs (a view of overlapping windows) copies whole rows, with
+    an index of ``B·C·H`` entries, where an element-wise ``gather`` needs a ``(B, H·W)``
+    index and is about twice as slow.
+    """
+    b, c, height, width = x.shape
+    doubled = torch.cat([x, x], dim=3).reshape(-1)
+    if doubled.numel() == 0:
+        return x.clone()
+    # every window of `width` consecutive numbers: row k starts at number k
+    windows = doubled.as_strided((doubled.numel() - width + 1, width), (1, 1))
+    rows = torch.arange(height, device=x.device)
+    rows = torch.remainder(rows[None, :] + shift_y[:, None], height)  # (B, H)
+    image = torch.arange(b * c, device=x.device).view(b, c, 1) * (height * 2 * width)
+    starts = image + (rows * (2 * width) + torch.remainder(shift_x, width)[:, None])[:, None, :]
+    return windows.index_select(0, starts.reshape(-1)).reshape(b, c, height, width)
 
 
 def gather_tokens(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

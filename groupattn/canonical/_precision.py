@@ -68,6 +68,36 @@ def to_score_dtype(x: torch.Tensor) -> torch.Tensor:
     return x.to(dtype)
 
 
+#: Floating dtypes that PyTorch's type promotion casts up to float32 / float64 (exactly).
+_PROMOTED_EXACTLY = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+
+
+def score_source(x: torch.Tensor) -> tuple[torch.Tensor, torch.dtype]:
+    """``x`` and the score dtype to compute in, for arithmetic that casts its input up itself.
+
+    A floating ``x`` no wider than the score dtype is returned as is (an operation that
+    mixes it with a tensor of the score dtype promotes it exactly, without a copy); any
+    other ``x`` is [`to_score_dtype`][groupattn.canonical.to_score_dtype]'s. The dtype is
+    that of ``to_score_dtype(x)``.
+
+    Parameters
+    ----------
+    x
+        Any tensor ``(...)``.
+
+    Returns
+    -------
+    tuple
+        ``(source, dtype)``: a tensor ``(...)`` and a floating dtype.
+    """
+    dtype = score_dtype(x.device)
+    if x.dtype == torch.float64 and dtype == torch.float32:
+        return x, x.dtype  # never round a float64 input down
+    if x.dtype in _PROMOTED_EXACTLY and torch.finfo(x.dtype).bits <= torch.finfo(dtype).bits:
+        return x, dtype
+    return x.to(dtype), dtype
+
+
 def scoring(device: torch.device | str) -> contextlib.AbstractContextManager[object]:
     """A context in which autocast is disabled on ``device``: scores run in the dtype given.
 
