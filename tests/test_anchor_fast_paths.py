@@ -18,7 +18,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from groupattn.canonical import CentreAnchor, argmax_with_margin
+from groupattn import DtypeError
+from groupattn.canonical import (
+    CentreAnchor,
+    PatchGridAnchor,
+    PolyphaseAnchor,
+    argmax_with_margin,
+    polyphase_anchor,
+    polyphase_norms,
+)
 from groupattn.canonical._exact_blur import quantize_per_sample
 from groupattn.canonical._patch_grid import (
     _centre_score_device,
@@ -163,3 +171,85 @@ def test_centre_anchor_scores_on_the_cpu_where_the_device_has_no_float64() -> No
     _, margin = argmax_with_margin(exact[:, 0])
     assert (margin > 0).all()
     assert torch.equal(CentreAnchor(32, sigma=9.6, window=2)(x).margin, margin)
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e-310, 1e-318, 1e-322])
+def test_tiny_images_are_quantized_to_full_scale_and_anchored_exactly(scale: float) -> None:
+    # a subnormal maximum: dividing by maximum / levels would underflow to a zero divisor
+    # (found by an adversarial review: margin NaN, the lowest phase, invariance lost)
+    g = torch.Generator().manual_seed(4)
+    x = torch.rand(2, 1, 8, 8, generator=g, dtype=torch.float64) * scale
+    q = quantize_per_sample(x, 2.0**24)
+    assert torch.isfinite(q).all()
+    assert torch.equal(q.abs().amax(dim=(1, 2, 3)), torch.full((2,), 2.0**24, dtype=torch.float64))
+    anchor = CentreAnchor(8, sigma=2.0, window=2)
+    reference = anchor(x)
+    assert torch.isfinite(reference.margin).all() and (reference.margin > 0).all()
+    for shift in ((1, 2), (7, 5), (4, 0)):
+        moved = anchor(torch.roll(x, shift, dims=(2, 3)))
+        assert torch.equal(moved.output, reference.output)
+        assert torch.equal(moved.margin, reference.margin)
+
+
+@pytest.mark.parametrize(
+    "anchor",
+    [CentreAnchor(8, sigma=2.0, window=2), PolyphaseAnchor(2), PatchGridAnchor(2, 8)],
+    ids=["CentreAnchor", "PolyphaseAnchor", "PatchGridAnchor"],
+)
+def test_complex_inputs_are_refused_naming_the_anchor(anchor: torch.nn.Module) -> None:
+    # casting to the float64 score dtype would silently drop the imaginary part
+    name = type(anchor).__name__
+    with pytest.raises(DtypeError, match=f"{name}: expected a real input .* got torch.complex64"):
+        anchor(torch.randn(2, 1, 8, 8, dtype=torch.complex64))
+
+
+@settings(max_examples=40)
+@given(seed=st.integers(0, 2**16), stride=st.sampled_from([2, 4]), decades=st.integers(0, 16))
+def test_polyphase_components_with_the_same_values_tie_exactly_wherever_they_sit(
+    seed: int, stride: int, decades: int
+) -> None:
+    # two components hold the same values in a different order (found by an adversarial
+    # review: raster-order float sums rounded them apart, and the winner moved with the
+    # input's position); values spread over up to 16 decades
+    g = torch.Generator().manual_seed(seed)
+    side = 4 * stride
+    count = (side // stride) ** 2
+    spread = torch.logspace(-decades / 2, decades / 2, count, dtype=torch.float64)
+    values = torch.randn(count, generator=g, dtype=torch.float64) * spread
+    x = torch.randn(1, 1, side, side, generator=g, dtype=torch.float64) * 1e-3
+    x[0, 0, 0::stride, 0::stride] = values.view(side // stride, side // stride)
+    x[0, 0, 1::stride, 1::stride] = values[torch.randperm(count, generator=g)].view(
+        side // stride, side // stride
+    )
+    for norm in ("l1", "l2", "l4"):
+        reference = polyphase_anchor(x, stride, norm)
+        assert reference.margin.item() == 0.0  # the two components tie, exactly
+        for _ in range(4):
+            shift = tuple(
+                int(v) * stride for v in torch.randint(0, side // stride, (2,), generator=g)
+            )
+            moved = polyphase_anchor(torch.roll(x, shift, dims=(2, 3)), stride, norm)
+            assert torch.equal(moved.margin, reference.margin)
+            # the norms are permuted exactly: the same multiset, bit for bit
+            norms = polyphase_norms(torch.roll(x, shift, dims=(2, 3)), stride, norm)
+            assert torch.equal(norms.sort().values, polyphase_norms(x, stride, norm).sort().values)
+
+
+def test_polyphase_norms_are_exact_sums_up_to_the_quantization() -> None:
+    g = torch.Generator().manual_seed(5)
+    x = torch.rand(3, 2, 8, 8, generator=g, dtype=torch.float64)
+    x[2] = 0.0
+    norms = polyphase_norms(x, 2, "l2")
+    plain = torch.stack(
+        [x[:, :, py::2, px::2].pow(2).sum(dim=(1, 2, 3)) for py in range(2) for px in range(2)], 1
+    ).sqrt()
+    torch.testing.assert_close(norms, plain, rtol=1e-12, atol=0.0)
+    assert torch.equal(norms[2], torch.zeros(4, dtype=torch.float64))
+    bad = x.clone()
+    bad[0, 0, 0, 0] = float("nan")
+    bad[1, 0, 0, 1] = float("inf")
+    out = polyphase_norms(bad, 2, "l2")
+    # a non-finite value spoils its own component only, as a plain sum does
+    assert out[0].isnan().tolist() == [True, False, False, False]
+    assert out[1].isinf().tolist() == [False, True, False, False]
+    assert torch.equal(out[2], norms[2])

@@ -119,14 +119,13 @@ def quantize_per_sample(
     # linalg.vector_norm(ord=inf) or aminmax on the CPU and gives the same float (in x's
     # dtype: the maximum of a cast-up tensor is the cast-up maximum)
     scale = x.abs().amax(dim=dims, keepdim=True).to(dtype or x.dtype)
-    # 0 < scale < inf is False for NaN too: such a sample is divided by 1 / levels
+    # 0 < scale < inf is False for NaN too: such a sample is divided by 1
     usable = torch.logical_and(scale > 0, scale < math.inf)
-    # x / (scale / levels) is (x / scale) · levels bit for bit: levels is a power of two,
-    # so both only rescale the exactly rounded quotient (|x / scale| ≤ 1 cannot overflow,
-    # and a quotient small enough to underflow rounds to 0 either way); the division
-    # promotes x to the divisor's dtype exactly
-    divisor = torch.where(usable, scale, 1.0).div_(levels)
-    return torch.div(x, divisor).round_()  # in place: one temporary
+    # the division promotes x to the divisor's dtype exactly; dividing by the scale first
+    # and then multiplying by levels (not dividing by scale / levels, which underflows for
+    # a subnormal scale) keeps every finite sample's quotient within [−1, 1]
+    q = torch.div(x, torch.where(usable, scale, 1.0))
+    return q.mul_(levels).round_()  # in place: one temporary
 
 
 def blur_exactly(

@@ -110,7 +110,13 @@ from ._exact_blur import (
     significand_bits,
 )
 from ._polyphase import _check_stride, _gather_roll
-from ._precision import score_dtype, score_source, scoring, to_score_dtype
+from ._precision import (
+    check_real_input,
+    score_dtype,
+    score_source,
+    scoring,
+    to_score_dtype,
+)
 from ._types import Canonicalized
 
 #: The largest ``window`` of ``CentreAnchor`` (memory grows with its number of rings, about
@@ -352,6 +358,7 @@ def _scores(x: torch.Tensor, p: int) -> torch.Tensor:
 
 
 def _check_input(module: str, x: torch.Tensor, p: int) -> None:
+    check_real_input(x, module)
     GridField().check(x, module)
     height, width = int(x.shape[2]), int(x.shape[3])
     if height != width:

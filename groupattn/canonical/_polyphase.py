@@ -16,7 +16,9 @@ index ``k`` and are reported by a margin of exactly 0.
 Precision
 ---------
 The polyphase norms (the decision scores) are computed in float64 with autocast
-disabled, from the received tensor cast up (see ``groupattn.canonical._precision``);
+disabled, from the received tensor cast up (see ``groupattn.canonical._precision``),
+each component's sum exactly (per-sample quantized integers, ``_exact_component_sums``),
+so a moved input gives the same norms bit for bit and equal components tie exactly;
 the roll, the gather and every other part of the data path run in the input's dtype, so
 anchoring a bf16 / fp16 tensor gives a bf16 / fp16 tensor, bit for bit a permutation of
 the input.
@@ -24,6 +26,7 @@ the input.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import torch
@@ -34,7 +37,7 @@ from ..actions import GridField, TokenField
 from ..contracts import Contract
 from ..groups import Group, GroupError, TorusTranslations
 from ._argmax import argmax_with_margin
-from ._precision import scoring, to_score_dtype
+from ._precision import check_real_input, scoring, to_score_dtype
 from ._types import Canonicalized
 
 __all__ = [
@@ -68,6 +71,7 @@ def _check_norm(module: str, norm: str) -> float:
 
 def _spatial_shape(module: str, x: torch.Tensor, grid: tuple[int, int] | None) -> tuple[int, int]:
     """``(H, W)`` of an image batch ``(B, C, H, W)`` or a token batch ``(B, H·W, C)``."""
+    check_real_input(x, module)
     if grid is None:
         GridField().check(x, module)
         return int(x.shape[2]), int(x.shape[3])
@@ -140,11 +144,40 @@ def _norms(
     phases = per_pixel.reshape(b, height // stride, stride, width // stride, stride)
     if norm == "max":
         return phases.amax(dim=1).amax(dim=2).reshape(b, stride * stride)
-    # one dimension at a time: a joint reduction over (1, 3) of this strided view is ~10x slower
-    scores = phases.sum(dim=1).sum(dim=2).reshape(b, stride * stride)
+    scores = _exact_component_sums(per_pixel, phases, stride)
     if norm == "l2":
         return scores.sqrt()
     return scores.sqrt().sqrt() if norm == "l4" else scores
+
+
+def _exact_component_sums(
+    per_pixel: torch.Tensor, phases: torch.Tensor, stride: int
+) -> torch.Tensor:
+    """``(B, s²)`` sums of each polyphase component's per-pixel values, the same bits for a moved input.
+
+    A shift by a multiple of the stride permutes each component's pixels, and a float sum
+    over them adds in an order tied to absolute positions: two components holding the same
+    values round apart, by a few ulps, and which one wins changes with the input's
+    position. So the values are quantized per sample first — ``round(v / max v · L)``,
+    elementwise with a per-sample constant, with ``L`` a power of two that keeps every sum
+    of a component's ``N`` values below ``2**52`` — and the integer sums are exact in
+    any order: a moved input gives the same sums bit for bit, and equal components tie
+    exactly. The result is scaled back (``· max v / L``), so it is the component's sum to
+    about ``52 − log2 N`` bits of the largest per-pixel value; NaN / inf in a sample give
+    NaN / inf sums as before.
+
+    ``per_pixel`` is ``(B, H·W)``, non-negative; ``phases`` the same numbers viewed as
+    ``(B, H/s, s, W/s, s)``.
+    """
+    count = per_pixel.shape[1] // (stride * stride)  # values per component
+    levels = 2.0 ** (52 - max(1, count).bit_length())  # count · levels ≤ 2**52
+    top = per_pixel.amax(dim=1, keepdim=True)  # NaN propagates
+    # 0 < top < inf is False for NaN too: such a sample is divided by 1
+    scale = torch.where(torch.logical_and(top > 0, top < math.inf), top, 1.0)
+    quantized = torch.div(phases, scale.view(-1, 1, 1, 1, 1)).mul_(levels).round_()
+    # one dimension at a time: a joint reduction over (1, 3) of this strided view is ~10x slower
+    sums = quantized.sum(dim=1).sum(dim=2).reshape(per_pixel.shape[0], stride * stride)
+    return sums.div_(levels).mul_(scale)
 
 
 def _powered(x: torch.Tensor, norm: str) -> torch.Tensor:

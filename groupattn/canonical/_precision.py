@@ -21,6 +21,8 @@ import contextlib
 
 import torch
 
+from .._errors import DtypeError
+
 __all__ = ["SCORE_DTYPE", "score_dtype", "scoring", "to_score_dtype"]
 
 SCORE_DTYPE = torch.float64
@@ -70,6 +72,13 @@ def to_score_dtype(x: torch.Tensor) -> torch.Tensor:
 
 #: Floating dtypes that PyTorch's type promotion casts up to float32 / float64 (exactly).
 _PROMOTED_EXACTLY = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+
+
+def check_real_input(x: torch.Tensor, module: str) -> None:
+    """Raise [`DtypeError`][groupattn.DtypeError] for a complex ``x``: a canonicalizer scores
+    real values (casting a complex tensor to float64 would drop its imaginary part)."""
+    if x.is_complex():
+        raise DtypeError(f"{module}: expected a real input (float, integer or bool), got {x.dtype}")
 
 
 def score_source(x: torch.Tensor) -> tuple[torch.Tensor, torch.dtype]:
