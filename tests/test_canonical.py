@@ -303,3 +303,38 @@ def test_bad_input_errors() -> None:
     with pytest.raises(GroupError, match="AdaptivePolyphaseUpsample: expected an integer frame"):
         AdaptivePolyphaseUpsample(2)(torch.randn(2, 1, 4, 4), torch.zeros(2, 2))
     assert PolyphaseAnchor(2).contract(CyclicGroup(4)).kind == Status.UNVERIFIED
+
+
+def test_polyphase_anchor_refuses_other_groups_with_a_reason_that_names_what_it_expected() -> None:
+    """Under a group other than torus translations the anchor promises nothing, and says
+    what it expected (not a "0x0 torus" when the group carries no image size)."""
+    from groupattn.canonical import PolyphaseAnchor
+    from groupattn.contracts import Status
+    from groupattn.groups import CyclicGroup, TorusTranslations, p4
+
+    anchor = PolyphaseAnchor(2)
+    for group in (CyclicGroup(4), p4(8)):
+        contract = anchor.contract(group)
+        assert contract.kind == Status.UNVERIFIED
+        assert "expected translations of an image torus (TorusTranslations)" in contract.reason
+        assert "0x0" not in contract.reason
+    assert anchor.contract(TorusTranslations(8, 8)).kind == Status.CANONICALIZING
+
+
+def test_report_scores_with_a_scale_and_exact_scores() -> None:
+    """``scale``: near-ties judged against how much the scores move under rounding of the
+    input, not their (cancelled) magnitude; ``exact``: only a zero margin is a tie."""
+    from groupattn.canonical import record_canonicalizations, report_scores
+
+    scores = torch.tensor([[1000.0, 996.0], [5.0, 5.0]], dtype=torch.float64)
+    margin = torch.tensor([4.0, 0.0], dtype=torch.float64)
+    with record_canonicalizations() as rec:
+        report_scores(scores, margin, torch.float32)
+        report_scores(scores, margin, torch.float32, scale=torch.tensor([1e9, 1e9]))
+        report_scores(scores * 1e13, margin, torch.float64)
+        report_scores(scores * 1e13, margin, torch.float64, exact=True)
+    plain, scaled, rounded, exact = rec.events
+    assert plain.near_tied.tolist() == [False, False] and plain.tied.tolist() == [False, True]
+    assert scaled.near_tied.tolist() == [True, False]  # 4 < 4 float32 roundings of 1e9
+    assert rounded.tied.tolist() == [True, True]  # 4 within 256 float64 roundings of 1e16
+    assert exact.tied.tolist() == [False, True]  # integers: only 0 is a tie

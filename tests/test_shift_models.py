@@ -112,7 +112,8 @@ def test_input_anchoring_is_one_smoothed_anchor_and_plain_layers(name: str) -> N
             shifted = layers(torch.roll(digits, shift, dims=(2, 3)))
             assert ((shifted - logits).abs().amax(1) / logits.abs().amax(1)).max() <= 1e-5
     with pytest.raises(
-        GroupError, match="expected anchoring 'input' or 'layers' or 'centre', got 'sometimes'"
+        GroupError,
+        match="expected anchoring 'input', 'layers', 'centre' or 'mass', got 'sometimes'",
     ):
         create(name, anchoring="sometimes")
 

@@ -1,6 +1,7 @@
 """Canonicalizers: pick a group element from the data and apply it (polyphase anchoring, APS, orientation)."""
 
 from ._argmax import ArgmaxCanonicalizer, argmax_with_margin
+from ._mass_centre import CentreOfMassAnchor, centre_of_mass_anchor, centre_of_mass_scores
 from ._orientation import OrientationCanonicalizer, orientation_canonicalize
 from ._patch_grid import (
     CentreAnchor,
@@ -49,6 +50,7 @@ __all__ = [
     "CanonicalizationRecorder",
     "Canonicalized",
     "CentreAnchor",
+    "CentreOfMassAnchor",
     "OrientationCanonicalizer",
     "PatchGridAnchor",
     "PolyphaseAnchor",
@@ -56,6 +58,8 @@ __all__ = [
     "StridedRotoTranslationGroup",
     "argmax_with_margin",
     "centre_anchor",
+    "centre_of_mass_anchor",
+    "centre_of_mass_scores",
     "gather_tokens",
     "near_ties_between",
     "num_patch_grid_scores",

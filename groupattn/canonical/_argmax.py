@@ -58,19 +58,23 @@ def argmax_with_margin(
     if input_dtype is None:
         input_dtype = scores.dtype
     scores = to_score_dtype(scores)
+    index, margin = best_and_margin(scores)
+    report_scores(scores, margin, input_dtype)  # to record_canonicalizations(), when one is active
+    return index, margin
+
+
+def best_and_margin(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``argmax_with_margin`` of ``(B, K)`` scores already in the score dtype, unreported."""
     # torch.max returns the first maximum's index, like torch.argmax (NaN counts as the
     # largest value, as there)
     best, index = torch.max(scores, dim=1)
     if scores.shape[1] == 1:
-        margin = torch.full_like(best, float("inf"))
-    else:
-        # the second-best score: the best of the others once the chosen one is set aside
-        # (a tied best stays among them, so a tie gives 0; inf − inf and NaN give NaN) —
-        # the same numbers as the top two of topk, in half its time
-        rest = scores.scatter(1, index[:, None], float("-inf"))
-        margin = best - rest.amax(dim=1)
-    report_scores(scores, margin, input_dtype)  # to record_canonicalizations(), when one is active
-    return index, margin
+        return index, torch.full_like(best, float("inf"))
+    # the second-best score: the best of the others once the chosen one is set aside (a
+    # tied best stays among them, so a tie gives 0; inf − inf and NaN give NaN) — the same
+    # numbers as the top two of topk, in half its time
+    rest = scores.scatter(1, index[:, None], float("-inf"))
+    return index, best - rest.amax(dim=1)
 
 
 @sealed

@@ -80,7 +80,7 @@ from __future__ import annotations
 import math
 import numbers
 import random
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import torch
@@ -540,32 +540,50 @@ class PatchGridAnchor(nn.Module):
                 f"of a square torus whose side is a multiple of {p}",
                 field,
             )
-        if isinstance(group, TorusTranslations):
-            if group.stride != 1 or (group.height, group.width) != (size, size):
-                return Contract.unknown(
-                    f"{name}: promises nothing for {group.name}; expected T({size}x{size})",
-                    field,
-                )
-            return Contract.canonicalizing(
-                field, field, TorusTranslations(size // p, size // p, stride=p)
-            )
-        point: PointGroup | None = None
-        if isinstance(group, PointGroup):
-            point = group
-        elif isinstance(group, RotoTranslationGroup) and group.size == size:
-            point = group.point_group
-        if point is None or not point.acts_exactly_on_grid:
-            return Contract.unknown(
-                f"{name}: promises nothing for {group.name}; expected p4, p4m (T ⋊ H, H ⊆ D4) "
-                f"or translations of the {size}x{size} torus",
-                field,
-            )
-        return Contract.canonicalizing(field, field, StridedRotoTranslationGroup(point, size, p))
+        return torus_anchor_contract(
+            name,
+            group,
+            size,
+            TorusTranslations(size // p, size // p, stride=p),
+            lambda point: StridedRotoTranslationGroup(point, size, p),
+        )
 
     def extra_repr(self) -> str:
         return f"patch_size={self.patch_size}" + (
             f", image_size={self.image_size}" if self.image_size else ""
         )
+
+
+def torus_anchor_contract(
+    name: str,
+    group: Group,
+    size: int,
+    translations_output: Group,
+    point_output: Callable[[PointGroup], Group],
+) -> Contract:
+    """The contract of an anchor of images on the ``size × size`` torus (``GridField`` in
+    and out): *canonicalizing* under ``TorusTranslations(size, size)`` with output group
+    ``translations_output``, and under p4 / p4m of that torus (or its point group alone,
+    ``H ⊆ D4``) with output group ``point_output(H)``; *unknown* for anything else."""
+    field = GridField()
+    if isinstance(group, TorusTranslations):
+        if group.stride != 1 or (group.height, group.width) != (size, size):
+            return Contract.unknown(
+                f"{name}: promises nothing for {group.name}; expected T({size}x{size})", field
+            )
+        return Contract.canonicalizing(field, field, translations_output)
+    point: PointGroup | None = None
+    if isinstance(group, PointGroup):
+        point = group
+    elif isinstance(group, RotoTranslationGroup) and group.size == size:
+        point = group.point_group
+    if point is None or not point.acts_exactly_on_grid:
+        return Contract.unknown(
+            f"{name}: promises nothing for {group.name}; expected p4, p4m (T ⋊ H, H ⊆ D4) "
+            f"or translations of the {size}x{size} torus",
+            field,
+        )
+    return Contract.canonicalizing(field, field, point_output(point))
 
 
 # ---------------------------------------------------------------- centre anchoring

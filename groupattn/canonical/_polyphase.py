@@ -395,9 +395,10 @@ def _torus_stride(group: Group, shape: tuple[int, int]) -> int | None:
 def _not_translations(
     module: str, group: Group, shape: tuple[int, int], input_type: Any
 ) -> Contract:
+    torus = f"the {shape[0]}x{shape[1]} torus" if shape[0] and shape[1] else "an image torus"
     return Contract.unknown(
-        f"{module}: promises nothing for {group.name}; expected translations of the "
-        f"{shape[0]}x{shape[1]} torus",
+        f"{module}: promises nothing for {group.name}; expected translations of {torus} "
+        f"(TorusTranslations)",
         input_type,
     )
 

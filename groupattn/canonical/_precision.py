@@ -75,8 +75,11 @@ _PROMOTED_EXACTLY = frozenset({torch.float16, torch.bfloat16, torch.float32, tor
 
 
 def check_real_input(x: torch.Tensor, module: str) -> None:
-    """Raise [`DtypeError`][groupattn.DtypeError] for a complex ``x``: a canonicalizer scores
-    real values (casting a complex tensor to float64 would drop its imaginary part)."""
+    """Raise [`DtypeError`][groupattn.DtypeError] for an ``x`` that is not a tensor, or a
+    complex one: a canonicalizer scores real values (casting a complex tensor to float64
+    would drop its imaginary part)."""
+    if not isinstance(x, torch.Tensor):
+        raise DtypeError(f"{module}: expected a torch.Tensor, got {type(x).__name__}")
     if x.is_complex():
         raise DtypeError(f"{module}: expected a real input (float, integer or bool), got {x.dtype}")
 

@@ -188,6 +188,13 @@ def record_canonicalizations(
     CanonicalizationRecorder
         Its ``events`` fill up as canonicalizers run. Blocks nest; each sees every event.
 
+    Notes
+    -----
+    Only eager calls are recorded: inside a function compiled with ``torch.compile`` (or
+    traced by ``torch.export`` / ``torch.fx``) the canonicalizers decide as in eager mode
+    but report nothing, so a tie there goes unrecorded. Count ties on the eager model; its
+    decisions are the same.
+
     Examples
     --------
     >>> import torch
@@ -237,14 +244,26 @@ def _judged_as(dtype: torch.dtype) -> Iterator[None]:
         _JUDGED_AS.reset(token)
 
 
+def recording() -> bool:
+    """Whether a decision made now would be recorded (a recording is active and nothing is
+    being compiled or traced): a canonicalizer can skip work done only for its report."""
+    # compiling first: dynamo cannot trace ContextVar.get (and nothing is recorded there)
+    return not torch.compiler.is_compiling() and bool(_ACTIVE.get())
+
+
 def report_scores(
-    scores: torch.Tensor, margin: torch.Tensor, input_dtype: torch.dtype | None = None
+    scores: torch.Tensor,
+    margin: torch.Tensor,
+    input_dtype: torch.dtype | None = None,
+    *,
+    scale: torch.Tensor | None = None,
+    exact: bool = False,
 ) -> None:
     """Report one decision to the active recorders (a no-op when none is active).
 
     Called by [`argmax_with_margin`][groupattn.canonical.argmax_with_margin], the single place where
     canonicalizer margins are produced; a canonicalizer that decides otherwise should
-    call it with its ``(B, K)`` scores and ``(B,)`` margins.
+    call it with its ``(B, K)`` scores and ``(B,)`` margins — one row per sample.
 
     Parameters
     ----------
@@ -257,6 +276,14 @@ def report_scores(
         dtype; inside ``judging_ties_as``, that block's dtype): a margin within
         [`NEAR_TIE_ULPS`][groupattn.canonical.NEAR_TIE_ULPS] roundings of
         [`precision_in_use`][groupattn.canonical.precision_in_use] of it is a near-tie.
+    scale
+        ``(B,)`` how much a score moves per unit of relative rounding of the input
+        (default: the larger magnitude of the two best scores). Scores that cancel —
+        sums of signed values — move by far more than their own magnitude: pass the same
+        score computed from the magnitudes of the input.
+    exact
+        The scores are computed without rounding (integers below ``2**53``): a tie is a
+        margin of exactly 0, with no allowance for the scores' own rounding.
     """
     if torch.compiler.is_compiling():
         return
@@ -277,8 +304,15 @@ def report_scores(
         top = torch.topk(scores.detach().to("cpu"), 2, dim=1).values.to(torch.float64)
         non_finite = event_scores.isnan().any(dim=1)
         both_infinite = top[:, 0].isinf() & (top[:, 0] == top[:, 1])
-        scale = top.abs().nan_to_num(0.0, 0.0, 0.0).amax(dim=1)
-        close = margin64.abs() <= TIE_ULPS * _eps(scores.dtype) * scale
+        if scale is None:
+            scale = top.abs().nan_to_num(0.0, 0.0, 0.0).amax(dim=1)
+        else:
+            scale = scale.detach().to("cpu", torch.float64).reshape(b).nan_to_num(0.0, 0.0, 0.0)
+        close = (
+            torch.zeros(b, dtype=torch.bool)
+            if exact
+            else margin64.abs() <= TIE_ULPS * _eps(scores.dtype) * scale
+        )
         # inf where the scale is 0 and the margin is not
         ulps = margin64.abs() / (_eps(precision) * scale)
         ulps = torch.where(margin64 == 0, torch.zeros_like(ulps), ulps)

@@ -17,7 +17,7 @@ from ._inputs import install_input_check
 
 __all__ = ["AnchorOutput", "ShiftTransformer"]
 
-Anchoring = Literal["input", "layers", "centre"]
+Anchoring = Literal["input", "layers", "centre", "mass"]
 
 #: The centre anchor of the shift models: the blurred image's maximum (its innermost ring,
 #: ``window = 2``) rolled to the image centre, with the p4 models' wide blur
@@ -29,13 +29,19 @@ Anchoring = Literal["input", "layers", "centre"]
 CENTRE_WINDOW = 2
 
 
+def _one_of(choices: tuple[str, ...]) -> str:
+    """``'a'``, ``'a' or 'b'``, ``'a', 'b' or 'c'``."""
+    quoted = [repr(c) for c in choices]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+
+
 def check_anchoring(
-    module: str, anchoring: str, choices: tuple[str, ...] = ("input", "layers", "centre")
+    module: str, anchoring: str, choices: tuple[str, ...] = ("input", "layers", "centre", "mass")
 ) -> None:
     """Raise a clear error for an unknown ``anchoring`` option."""
     if not isinstance(anchoring, str) or anchoring not in choices:
         raise ConfigurationError(
-            f"{module}: expected anchoring {' or '.join(repr(c) for c in choices)}, got {anchoring!r}"
+            f"{module}: expected anchoring {_one_of(choices)}, got {anchoring!r}"
         )
 
 
@@ -70,17 +76,32 @@ def centre_anchor(module: str, size: tuple[int, int]) -> AnchorOutput:
     )
 
 
-def centre_anchoring_fits(kwargs: dict[str, Any]) -> bool:
-    """Whether a registry preset built with ``kwargs`` can anchor the whole translation:
-    a square image (an int side or an ``(H, W)`` pair; 32 when absent) with an even side."""
+def mass_anchor(module: str, size: tuple[int, int]) -> AnchorOutput:
+    """The ``anchoring="mass"`` anchor of a shift model on an ``S × S`` image (any side)."""
+    from ..canonical import CentreOfMassAnchor
+
+    if size[0] != size[1]:
+        raise ConfigurationError(
+            f"{module}: expected a square image for anchoring='mass', got {size[0]}x{size[1]}"
+        )
+    return AnchorOutput(CentreOfMassAnchor(size[0]))
+
+
+def whole_anchor(module: str, anchoring: str, size: tuple[int, int]) -> AnchorOutput:
+    """The anchor of the whole translation for ``anchoring`` ``"centre"`` or ``"mass"``."""
+    return mass_anchor(module, size) if anchoring == "mass" else centre_anchor(module, size)
+
+
+def mass_anchoring_fits(kwargs: dict[str, Any]) -> bool:
+    """Whether a registry preset built with ``kwargs`` can anchor the whole translation by
+    the centre of mass: a square image (an int side or an ``(H, W)`` pair; 32 when absent)."""
     size = kwargs.get("image_size", 32)
     sides = tuple(size) if isinstance(size, tuple | list) else (size, size)
     return (
         len(sides) == 2
         and all(isinstance(v, int) and not isinstance(v, bool) for v in sides)
         and sides[0] == sides[1]
-        and sides[0] % 2 == 0
-        and sides[0] >= CENTRE_WINDOW
+        and sides[0] >= 1
     )
 
 

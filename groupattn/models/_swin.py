@@ -15,11 +15,11 @@ from ._shift_common import (
     Anchoring,
     ShiftTransformer,
     as_pair,
-    centre_anchor,
-    centre_anchoring_fits,
     check_anchoring,
     input_anchor_stride,
+    mass_anchoring_fits,
     per_stage,
+    whole_anchor,
 )
 
 __all__ = ["ShiftSwin"]
@@ -76,13 +76,16 @@ class ShiftSwin(ShiftTransformer):
         norms of smoothly upsampled images such as the bundled digits tie exactly).
     anchoring
         ``"input"`` (one anchoring, in the patch embedding), ``"layers"`` (every
-        strided layer anchors its own input) or ``"centre"``: a
-        [`CentreAnchor`][groupattn.canonical.CentreAnchor] (``sigma = 0.3 S``, ``window = 2``)
-        anchors the *whole* translation first and the body is the baseline's (zero
-        padding: tokens know where they sit; square images with an even side);
-        equivariant model only. The class defaults to ``"input"`` (the literature's
-        model); the registry preset uses ``"centre"`` for square images with an even side
-        (it learns as well as the baseline, and costs the baseline's body plus one anchor).
+        strided layer anchors its own input), ``"mass"``: a
+        [`CentreOfMassAnchor`][groupattn.canonical.CentreOfMassAnchor] (the centre of mass,
+        rounded to a pixel, rolled to the centre pixel) anchors the *whole* translation
+        first and the body is the baseline's (zero padding: tokens know where they sit;
+        square images) — or ``"centre"``: the same with a
+        [`CentreAnchor`][groupattn.canonical.CentreAnchor] (``sigma = 0.3 S``,
+        ``window = 2``; square images with an even side); equivariant model only. The class
+        defaults to ``"input"`` (the literature's model); the registry preset uses
+        ``"mass"`` for square images (it learns as well as the baseline, and costs the
+        baseline's body plus one anchor).
     anchor_sigma
         Blur (pixels) of the input anchoring's score (``anchoring="input"``; ``0``: the
         polyphase norms of the image itself).
@@ -121,10 +124,11 @@ class ShiftSwin(ShiftTransformer):
         check_anchoring("ShiftSwin", anchoring)
         self.equivariant, self.anchoring = equivariant, anchoring
         size = as_pair("ShiftSwin", image_size)
-        if equivariant and anchoring == "centre":  # first child: the whole translation anchored
-            self.anchor = centre_anchor("ShiftSwin", size)
+        # first child: the whole translation anchored
+        if equivariant and anchoring in ("centre", "mass"):
+            self.anchor = whole_anchor("ShiftSwin", anchoring, size)
         # with the whole translation anchored, the body is the baseline's
-        equivariant = equivariant and anchoring != "centre"
+        equivariant = equivariant and anchoring not in ("centre", "mass")
         stages = len(depths)
         dims_ = per_stage("ShiftSwin", "dims", dims, stages)
         heads_ = per_stage("ShiftSwin", "num_heads", num_heads, stages)
@@ -182,11 +186,11 @@ class ShiftSwin(ShiftTransformer):
     group="translations",
     input_shape=(1, 32, 32),
     learning_rate=1e-3,
-    description="Swin, shift-invariant: centre anchoring then the plain Swin (anchoring='input': one anchoring in the patch embedding)",
+    description="Swin, shift-invariant: centre-of-mass anchoring then the plain Swin (anchoring='input': one anchoring in the patch embedding)",
 )
 @renamed_arguments(**_RENAMED)
 def _swin(equivariant: bool = True, **kwargs: Any) -> ShiftSwin:
-    # the registry preset anchors the whole translation (square images with an even
-    # side), as the ViT's does: the body is the baseline's (docs/results.md)
-    kwargs.setdefault("anchoring", "centre" if centre_anchoring_fits(kwargs) else "input")
+    # the registry preset anchors the whole translation by the centre of mass (square
+    # images), as the ViT's does: the body is the baseline's (docs/results.md)
+    kwargs.setdefault("anchoring", "mass" if mass_anchoring_fits(kwargs) else "input")
     return ShiftSwin(equivariant=equivariant, **kwargs)
