@@ -40,7 +40,6 @@ from torch import nn
 
 from .._errors import ConfigurationError, ShapeError
 from .._sealed import sealed
-from ..actions import GridField
 from ..contracts import Contract
 from ..groups import Group, PointGroup, RotoTranslationGroup, TorusTranslations
 from ..positional._constants import constant_cache
@@ -49,10 +48,11 @@ from ._exact_blur import quantize_per_sample
 from ._patch_grid import (
     StridedRotoTranslationGroup,
     _centre_score_device,
+    _check_input,
     torus_anchor_contract,
 )
 from ._polyphase import _gather_roll
-from ._precision import check_real_input, score_dtype, score_source, scoring
+from ._precision import score_dtype, score_source, scoring
 from ._record import recording, report_scores
 from ._types import Canonicalized
 
@@ -93,14 +93,10 @@ def _moment_matrix(size: int, channels: int) -> tuple[torch.Tensor, float]:
 
 
 def _check_image(module: str, x: torch.Tensor) -> int:
-    check_real_input(x, module)
-    GridField().check(x, module)
-    height, width = int(x.shape[2]), int(x.shape[3])
-    if height != width:
-        raise ShapeError(f"{module}: expected a square image, got {height}x{width}")
+    _check_input(module, x, 1)  # a real tensor, a batch of square images
     if int(x.shape[1]) == 0:
         raise ShapeError(f"{module}: expected images with at least one channel, got 0 channels")
-    return height
+    return int(x.shape[2])
 
 
 def _mass_scores(

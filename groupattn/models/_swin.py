@@ -12,6 +12,7 @@ from ..canonical._polyphase import Norm
 from ..nn import PatchEmbedding, PatchMerging, TransformerBlock
 from ._registry import register_model
 from ._shift_common import (
+    WHOLE_TRANSLATION,
     Anchoring,
     ShiftTransformer,
     as_pair,
@@ -125,10 +126,10 @@ class ShiftSwin(ShiftTransformer):
         self.equivariant, self.anchoring = equivariant, anchoring
         size = as_pair("ShiftSwin", image_size)
         # first child: the whole translation anchored
-        if equivariant and anchoring in ("centre", "mass"):
+        if equivariant and anchoring in WHOLE_TRANSLATION:
             self.anchor = whole_anchor("ShiftSwin", anchoring, size)
         # with the whole translation anchored, the body is the baseline's
-        equivariant = equivariant and anchoring not in ("centre", "mass")
+        equivariant = equivariant and anchoring not in WHOLE_TRANSLATION
         stages = len(depths)
         dims_ = per_stage("ShiftSwin", "dims", dims, stages)
         heads_ = per_stage("ShiftSwin", "num_heads", num_heads, stages)

@@ -13,6 +13,7 @@ from ..nn import PatchEmbedding, PatchMerging, TransformerBlock
 from ..positional import ConvPositionalEncoding
 from ._registry import register_model
 from ._shift_common import (
+    WHOLE_TRANSLATION,
     Anchoring,
     ShiftTransformer,
     as_pair,
@@ -122,10 +123,10 @@ class ShiftTwins(ShiftTransformer):
         self.equivariant, self.anchoring = equivariant, anchoring
         size = as_pair("ShiftTwins", image_size)
         # first child: the whole translation anchored
-        if equivariant and anchoring in ("centre", "mass"):
+        if equivariant and anchoring in WHOLE_TRANSLATION:
             self.anchor = whole_anchor("ShiftTwins", anchoring, size)
         # with the whole translation anchored, the body is the baseline's
-        equivariant = equivariant and anchoring not in ("centre", "mass")
+        equivariant = equivariant and anchoring not in WHOLE_TRANSLATION
         stages = len(depths)
         dims_ = per_stage("ShiftTwins", "dims", dims, stages)
         heads_ = per_stage("ShiftTwins", "num_heads", num_heads, stages)

@@ -14,6 +14,7 @@ from ..nn import ClassToken, ClassTokenReadout, PatchEmbedding, TransformerBlock
 from ..positional import AbsolutePositionalEncoding, ConvPositionalEncoding
 from ._registry import register_model
 from ._shift_common import (
+    WHOLE_TRANSLATION,
     ShiftTransformer,
     as_pair,
     check_anchoring,
@@ -125,10 +126,10 @@ class ShiftViT(ShiftTransformer):
         self.equivariant, self.anchoring = equivariant, anchoring
         size = as_pair("ShiftViT", image_size)
         # first child: the whole translation anchored
-        if equivariant and anchoring in ("centre", "mass"):
+        if equivariant and anchoring in WHOLE_TRANSLATION:
             self.anchor = whole_anchor("ShiftViT", anchoring, size)
         # with the whole translation anchored, the body is the baseline's
-        equivariant = equivariant and anchoring not in ("centre", "mass")
+        equivariant = equivariant and anchoring not in WHOLE_TRANSLATION
         self.patch_embed = PatchEmbedding(
             in_channels,
             dim,
