@@ -42,3 +42,21 @@ def point_elements_with_shifts(
         for h in range(point_order)
         for dy, dx in torch.randint(0, size, (shifts_per_element, 2), generator=gen).tolist()
     ]
+
+
+def glyph(side: int, top: int, left: int, seed: int = 0) -> torch.Tensor:
+    """A random non-negative 5x5 glyph at ``(top, left)`` on an empty ``side × side`` canvas,
+    ``(1, 1, side, side)`` float64."""
+    x = torch.zeros(1, 1, side, side, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(seed)
+    x[0, 0, top : top + 5, left : left + 5] = torch.rand(5, 5, generator=gen, dtype=torch.float64)
+    return x
+
+
+def centre_of_mass(x: torch.Tensor) -> tuple[float, float]:
+    """The ``(row, column)`` centre of mass of images ``(B, C, S, S)`` taken together."""
+    pos = torch.arange(x.shape[-1], dtype=torch.float64)
+    mass = x.sum()
+    return float((x.sum(dim=(0, 1, 3)) * pos).sum() / mass), float(
+        (x.sum(dim=(0, 1, 2)) * pos).sum() / mass
+    )

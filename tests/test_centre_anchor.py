@@ -270,12 +270,13 @@ def test_non_finite_inputs_are_reported() -> None:
 # ---------------------------------------------------------------- the models
 
 
-def test_models_default_to_centre_anchoring_with_absolute_positions() -> None:
-    vit = create("p4_vit")
+def test_models_with_centre_anchoring_keep_absolute_positions() -> None:
+    """``anchoring="centre"`` (the registry default until the centre of mass replaced it)."""
+    vit = create("p4_vit", anchoring="centre")
     assert isinstance(vit, P4ViT) and vit.anchoring == "centre"
     assert isinstance(vit.anchor, CentreAnchor) and vit.absolute_position
     assert [n for n, _ in vit.named_parameters()] == [n for n, _ in GroupViT().named_parameters()]
-    swin = create("p4_swin")
+    swin = create("p4_swin", anchoring="centre")
     assert isinstance(swin, P4Swin) and swin.anchoring == "centre"
     assert isinstance(swin.anchor, CentreAnchor) and swin.absolute_position
     assert swin.anchor_period == SIZE
@@ -283,14 +284,15 @@ def test_models_default_to_centre_anchoring_with_absolute_positions() -> None:
     patch = P4ViT(anchoring="patch")
     assert type(patch.anchor) is PatchGridAnchor and not patch.absolute_position
     assert P4Swin(anchoring="patch").anchor_period == 16
-    for model in (vit, swin, create("p4_vit", point_group="D4")):
+    for model in (vit, swin, create("p4_vit", point_group="D4", anchoring="centre")):
         for group in (p4(SIZE), TorusTranslations(SIZE, SIZE), CyclicGroup(4)):
             assert model.contract(group).kind == Status.INVARIANT, group.name
     for name in ("p4_vit", "p4_swin"):
-        d4 = create(name, point_group="D4")
+        d4 = create(name, point_group="D4", anchoring="centre")
         assert d4.contract(p4m(SIZE)).kind == Status.INVARIANT
         assert d4.contract(DihedralGroup(4)).kind == Status.INVARIANT
-        assert create(name).contract(p4m(SIZE)).kind == Status.UNVERIFIED  # C4 body
+        c4 = create(name, anchoring="centre")
+        assert c4.contract(p4m(SIZE)).kind == Status.UNVERIFIED  # C4 body
 
 
 @pytest.mark.parametrize(
@@ -377,4 +379,4 @@ def test_bad_inputs_and_model_arguments_raise_clear_errors() -> None:
         with pytest.raises(ConfigurationError, match=f"{cls.__name__}: expected anchoring"):
             cls(anchoring="grid")
     with pytest.raises(ConfigurationError, match="P4ViT: expected an even image size"):
-        P4ViT(image_size=9, patch_size=3)
+        P4ViT(image_size=9, patch_size=3, anchoring="centre")

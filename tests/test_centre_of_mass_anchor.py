@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from anchored_helpers import centre_of_mass as _centre_of_mass
+from anchored_helpers import glyph as _glyph
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,22 +57,6 @@ def _reference_scores(x: torch.Tensor) -> torch.Tensor:
             out[:, 0, p] -= rows[:, n] * d * d
             out[:, 1, p] -= cols[:, n] * d * d
     return out
-
-
-def _glyph(side: int, top: int, left: int, seed: int = 0) -> torch.Tensor:
-    """A random non-negative 5x5 glyph at ``(top, left)`` on an empty ``side × side`` canvas."""
-    x = torch.zeros(1, 1, side, side, dtype=torch.float64)
-    gen = torch.Generator().manual_seed(seed)
-    x[0, 0, top : top + 5, left : left + 5] = torch.rand(5, 5, generator=gen, dtype=torch.float64)
-    return x
-
-
-def _centre_of_mass(x: torch.Tensor) -> tuple[float, float]:
-    pos = torch.arange(x.shape[-1], dtype=torch.float64)
-    mass = x.sum()
-    return float((x.sum(dim=(0, 1, 3)) * pos).sum() / mass), float(
-        (x.sum(dim=(0, 1, 2)) * pos).sum() / mass
-    )
 
 
 # ---------------------------------------------------------------- the scores

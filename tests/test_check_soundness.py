@@ -78,12 +78,13 @@ class AnchorOnly(nn.Module):
 
 
 class MassAnchor(nn.Module):
-    """The whole translation fixed by the centre of mass: invariant under translations
-    (an even side: nothing promised under turns)."""
+    """The whole translation fixed by the centre of mass: invariant under translations; on
+    the even side, under turns the output is turned and shifted (``target="pixel"``) or
+    turned about the centre (``target="corner"``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, target: str = "pixel") -> None:
         super().__init__()
-        self.anchor = CentreOfMassAnchor(SIZE)
+        self.anchor = CentreOfMassAnchor(SIZE, target=target)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.anchor(x).output
@@ -388,10 +389,12 @@ networks = st.tuples(
 MASS_COMPONENTS: dict[str, Callable[[int], nn.Module]] = {
     "mass-anchor": lambda c: MassAnchor(),
     "mass-anchor-positions": lambda c: MassAnchorPositions(),
+    "mass-corner-anchor": lambda c: MassAnchor("corner"),
+    "mass-corner-anchor-positions": lambda c: MassAnchorPositions("corner"),
 }
 
 
-@settings(max_examples=60)
+@settings(max_examples=80)
 @given(
     st.lists(st.sampled_from(sorted(COMPONENTS)), min_size=0, max_size=3),
     st.sampled_from(sorted(MASS_COMPONENTS)),
@@ -405,8 +408,9 @@ def test_no_false_certificate_with_the_centre_of_mass_anchor(
     others: list[str], mass: str, where: int, channels: int, head: bool, seed: int, group: str
 ) -> None:
     """Random networks with a ``CentreOfMassAnchor`` (on the even 8 x 8 torus: invariant
-    output under translations, turned and shifted under C4) somewhere among the others:
-    every certificate holds numerically."""
+    output under translations; under C4 turned and shifted with the pixel target, turned
+    about the centre with the corner target) somewhere among the others: every
+    certificate holds numerically."""
     kinds = [*others[:where], mass, *others[where:]]
     torch.manual_seed(seed)
     layers = [(MASS_COMPONENTS.get(k) or COMPONENTS[k])(channels) for k in kinds]

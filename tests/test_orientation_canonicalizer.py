@@ -26,6 +26,7 @@ from groupattn import ConfigurationError, ShapeError
 from groupattn.actions import GridField
 from groupattn.canonical import (
     CentreAnchor,
+    CentreOfMassAnchor,
     OrientationCanonicalizer,
     StridedRotoTranslationGroup,
     orientation_canonicalize,
@@ -295,7 +296,11 @@ def test_p4_vit_with_orientation_is_invariant_under_sampled_p4_elements() -> Non
     group = p4(SIZE)
     elements = point_elements_with_shifts(4, 6, SIZE)
     assert _max_relative_error(model, x, _moved(x, group, elements)) <= 1e-10
-    assert isinstance(model.anchor, CentreAnchor)
+    assert isinstance(model.anchor, CentreOfMassAnchor)
+    centre = create("p4_vit", canonicalize_orientation=True, anchoring="centre", **SMALL)
+    centre = centre.double().eval()
+    assert isinstance(centre.anchor, CentreAnchor)
+    assert _max_relative_error(centre, x, _moved(x, group, elements)) <= 1e-10
 
 
 def test_the_baseline_ignores_the_option() -> None:
@@ -322,8 +327,8 @@ def test_p4_vit_with_orientation_is_invariant_under_every_element_of_p4_on_16x16
     assert _max_relative_error(model, x, _moved(x, group, list(group.elements()))) <= 1e-10
 
 
-def test_orientation_needs_the_centre_anchor() -> None:
-    with pytest.raises(ConfigurationError, match="P4ViT: expected anchoring='centre'"):
+def test_orientation_needs_a_whole_translation_anchor() -> None:
+    with pytest.raises(ConfigurationError, match="P4ViT: expected anchoring='mass' or 'centre'"):
         create("p4_vit", anchoring="patch", canonicalize_orientation=True)
     assert create("p4_vit", anchoring="patch").orientation is None  # the preset does not ask
 

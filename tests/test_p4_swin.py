@@ -1,8 +1,10 @@
 """p4_swin: a group Swin exactly invariant to every circular shift and quarter turn together.
 
 An anchor in front of the C4/D4 group Swin: the registry model anchors the whole translation
-(``anchoring="centre"``, ``CentreAnchor``, body with absolute positions; more in
-``test_centre_anchor.py``); ``anchoring="patch"`` is ``PatchGridAnchor`` with the period of
+by the centre of mass (``anchoring="mass"``, ``CentreOfMassAnchor``, body with absolute
+positions; more in ``test_centre_of_mass_corner.py``) or the blurred maximum
+(``anchoring="centre"``, ``CentreAnchor``; more in ``test_centre_anchor.py``);
+``anchoring="patch"`` is ``PatchGridAnchor`` with the period of
 the coarsest window (16 px for the preset) and a body without absolute positions. Either
 way the windows and the patch merging of every stage see every shifted input partitioned
 the same way. Evidence: every element of p4 in float64, p4m over every point element,
@@ -26,6 +28,7 @@ from groupattn import ConfigurationError
 from groupattn.actions import GridField, InvariantField
 from groupattn.canonical import (
     CentreAnchor,
+    CentreOfMassAnchor,
     PatchGridAnchor,
     StridedRotoTranslationGroup,
     patch_grid_anchor,
@@ -53,8 +56,12 @@ def test_registry_entry_baseline_and_parameters() -> None:
     model = create("p4_swin")
     assert isinstance(model, P4Swin) and isinstance(model, GroupSwin)
     # the default: the whole translation is anchored, the body keeps its absolute positions
-    assert model.anchoring == "centre" and model.anchor_period == SIZE
-    assert isinstance(model.anchor, CentreAnchor) and model.anchor.patch_size == SIZE
+    assert model.anchoring == "mass" and model.anchor_period == SIZE
+    assert isinstance(model.anchor, CentreOfMassAnchor) and model.anchor.target == "corner"
+    assert model.absolute_position
+    centre = create("p4_swin", anchoring="centre")
+    assert isinstance(centre.anchor, CentreAnchor) and centre.anchor.patch_size == SIZE
+    assert centre.anchor_period == SIZE and centre.absolute_position
     body = GroupSwin()
     assert [n for n, _ in model.named_parameters()] == [n for n, _ in body.named_parameters()]
     patch = create("p4_swin", anchoring="patch")
@@ -80,7 +87,7 @@ def test_registry_entry_baseline_and_parameters() -> None:
 )
 def test_period_is_the_coarsest_window_in_pixels(kwargs: dict, period: int) -> None:
     assert P4Swin(**kwargs, anchoring="patch").anchor_period == period
-    assert P4Swin(**kwargs).anchor_period == kwargs.get("image_size", SIZE)  # "centre"
+    assert P4Swin(**kwargs).anchor_period == kwargs.get("image_size", SIZE)  # "mass"
 
 
 def test_bad_configuration_and_inputs_raise_clear_errors() -> None:
@@ -90,19 +97,24 @@ def test_bad_configuration_and_inputs_raise_clear_errors() -> None:
         P4Swin(image_size=24)  # stage grids not divisible by the window
     with pytest.raises(ConfigurationError, match="P4Swin: expected anchoring"):
         P4Swin(anchoring="window")
+    odd = {"image_size": 27, "patch_size": 3, "window_size": 3, "shift": False, "depths": (1,)}
     with pytest.raises(ConfigurationError, match="P4Swin: expected an even image size"):
-        P4Swin(image_size=27, patch_size=3, window_size=3, shift=False, depths=(1,))
+        P4Swin(**odd, anchoring="centre")
+    # the centre of mass anchors any side: on an odd one, onto the centre pixel
+    assert P4Swin(**odd).anchor.target == "pixel"
     model = create("p4_swin", **PATCH_SMALL)
     with pytest.raises(GroupError, match="PatchGridAnchor: expected a square image"):
         model(torch.zeros(1, 1, SIZE, 16))
-    with pytest.raises(GroupError, match="CentreAnchor: expected a square image"):
+    with pytest.raises(GroupError, match="CentreOfMassAnchor: expected a square image"):
         create("p4_swin", **SMALL)(torch.zeros(1, 1, SIZE, 16))
+    with pytest.raises(GroupError, match="CentreAnchor: expected a square image"):
+        create("p4_swin", anchoring="centre", **SMALL)(torch.zeros(1, 1, SIZE, 16))
 
 
 # ---------------------------------------------------------------- exact invariance
 
 
-@pytest.mark.parametrize("anchoring", ["centre", "patch"])
+@pytest.mark.parametrize("anchoring", ["centre", "mass", "patch"])
 def test_logits_invariant_under_every_element_of_p4_float64(anchoring: str) -> None:
     model = create("p4_swin", anchoring=anchoring, **SMALL).double().eval()
     x = _digit()
@@ -139,7 +151,7 @@ def test_logits_invariant_bf16() -> None:
     x = _digit(2, torch.bfloat16)
     group = p4(SIZE)
     moved = _moved(x, group, group.sample(64, seed=0))
-    for anchoring, period in (("centre", SIZE), ("patch", PERIOD)):
+    for anchoring, period in (("centre", SIZE), ("mass", SIZE), ("patch", PERIOD)):
         model = create("p4_swin", anchoring=anchoring, **SMALL).eval().to(torch.bfloat16)
         assert _max_relative_error(model, x, moved) <= 7.9e-3
         strided = StridedRotoTranslationGroup(CyclicGroup(4), SIZE, period)
@@ -176,7 +188,7 @@ def test_checker_certifies_p4_swin_with_patch_anchoring(point_group: str, group:
     assert cert.verdict == Status.INVARIANT, cert.reason
 
 
-@pytest.mark.parametrize("anchoring", ["centre", "patch"])
+@pytest.mark.parametrize("anchoring", ["centre", "mass", "patch"])
 def test_contract_covers_p4_translations_and_turns_only(anchoring: str) -> None:
     model = create("p4_swin", point_group="D4", anchoring=anchoring)
     for group in (

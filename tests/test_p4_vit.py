@@ -1,8 +1,10 @@
 """p4_vit: a patch ViT exactly invariant to every circular shift and quarter turn together.
 
 An anchor followed by the C4/D4 group ViT; the baseline is the plain ViT. The registry
-model anchors the whole translation (``anchoring="centre"``, ``CentreAnchor``, body with
-absolute positions; more in ``test_centre_anchor.py``); ``anchoring="patch"`` anchors the
+model anchors the whole translation by the centre of mass (``anchoring="mass"``,
+``CentreOfMassAnchor``, body with absolute positions; more in
+``test_centre_of_mass_corner.py``) or the blurred maximum (``anchoring="centre"``,
+``CentreAnchor``; more in ``test_centre_anchor.py``); ``anchoring="patch"`` anchors the
 phase of the patch grid (``groupattn.canonical.PatchGridAnchor``, body without absolute
 positions). Evidence: invariance over every element of p4 (and p4m for D4) in float64 on
 the registry's 32x32 input, float32 and bf16 tolerances, the checker's certificates, the
@@ -25,6 +27,7 @@ from hypothesis import strategies as st
 from groupattn.actions import GridField, InvariantField
 from groupattn.canonical import (
     CentreAnchor,
+    CentreOfMassAnchor,
     PatchGridAnchor,
     StridedRotoTranslationGroup,
     num_patch_grid_scores,
@@ -65,8 +68,11 @@ def test_registry_entry_and_baseline() -> None:
     spec = get_spec("p4_vit")
     assert spec.group == "p4" and spec.input_shape == (1, SIZE, SIZE)
     model = create("p4_vit")
-    assert isinstance(model, P4ViT) and isinstance(model.anchor, CentreAnchor)
-    assert model.anchoring == "centre" and model.absolute_position  # the default
+    assert isinstance(model, P4ViT) and isinstance(model.anchor, CentreOfMassAnchor)
+    assert model.anchoring == "mass" and model.absolute_position  # the default
+    assert model.anchor.target == "corner"
+    centre = create("p4_vit", anchoring="centre")
+    assert isinstance(centre.anchor, CentreAnchor) and centre.absolute_position
     assert isinstance(model, GroupViT) and model.equivariant
     patch = create("p4_vit", anchoring="patch")
     assert type(patch.anchor) is PatchGridAnchor and patch.anchor.patch_size == PATCH
@@ -142,8 +148,9 @@ def test_patch_rings_are_the_d4_orbits_of_a_patch() -> None:
 # ---------------------------------------------------------------- exact invariance
 
 
-def test_logits_invariant_under_every_element_of_p4_float64() -> None:
-    model = create("p4_vit").double().eval()
+@pytest.mark.parametrize("anchoring", ["centre", "mass"])
+def test_logits_invariant_under_every_element_of_p4_float64(anchoring: str) -> None:
+    model = create("p4_vit", anchoring=anchoring).double().eval()
     x = _digit()
     moved = _orbit(x, p4(SIZE))  # 4 turns x 1,024 shifts
     assert moved.shape[0] == 4 * SIZE * SIZE
@@ -188,7 +195,7 @@ def test_logits_invariant_bf16() -> None:
     group = p4(SIZE)
     elements = group.sample(256, seed=0)
     moved = torch.cat([GridField().act(group, g, x) for g in elements])
-    for anchoring in ("centre", "patch"):
+    for anchoring in ("centre", "mass", "patch"):
         model = create("p4_vit", anchoring=anchoring).eval().to(torch.bfloat16)
         assert _max_relative_error(model, x, moved) <= 7.9e-3
         # the anchored images are exactly related (no rounding in the decision)

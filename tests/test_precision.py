@@ -72,6 +72,17 @@ COMPUTE = {
     "bf16": torch.bfloat16,
 }
 _DRAWN = [n for n in PRECISIONS if n != "fp16-autocast" or _fp16_autocast_works()]
+#: the design's relative equivariance tolerances where the arithmetic is not a permutation
+DESIGN_TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5}
+
+
+def _rounding_allowance(precision: str) -> float:
+    """Relative change allowed by rounding of reductions taken in another order: four
+    roundings of the compute dtype, and at least the design's tolerance for float32 /
+    float64 (the kernels' summation order differs between CPUs: one AVX2 machine gives
+    1.5e-6 for the GSA below, within the design's 1e-5)."""
+    dtype = COMPUTE[precision]
+    return max(4 * torch.finfo(dtype).eps, DESIGN_TOLERANCE.get(dtype, 0.0))
 
 
 def _bf16_exact(x: torch.Tensor) -> torch.Tensor:
@@ -515,7 +526,7 @@ def test_shift_models_are_consistent_in_every_precision(name: str, precision: st
             )
         # what is left is the rounding of reductions over the rolled tokens (attention, pooling)
         change = float((moved.double() - logits.double()).abs().max())
-        if change > 4 * torch.finfo(COMPUTE[precision]).eps * scale:
+        if change > _rounding_allowance(precision) * scale:
             raise AssertionError(f"{name} {precision}: logits changed by {change} under {shift}")
 
 
@@ -561,5 +572,5 @@ def test_gsa_with_anchored_downsampling_is_consistent_under_rotations(precision:
             if not torch.equal(moved.argmax(dim=1), logits.argmax(dim=1)):
                 raise AssertionError(f"gsa {precision}: a prediction changed")
             change = float((moved.double() - logits.double()).abs().max())
-            if change > 4 * torch.finfo(COMPUTE[precision]).eps * scale:
+            if change > _rounding_allowance(precision) * scale:
                 raise AssertionError(f"gsa {precision}: logits changed by {change}")

@@ -10,12 +10,16 @@ from torch import nn
 
 from .._errors import ConfigurationError
 from ..actions import GridField
-from ..canonical import CentreAnchor, PatchGridAnchor
+from ..canonical import CentreAnchor, CentreOfMassAnchor, PatchGridAnchor
 from ..contracts import Contract, Status
 from ..groups import Group, PointGroup, RotoTranslationGroup, TorusTranslations
 
-#: The anchorings of the p4 / p4m models: the whole translation, or the phase of a grid.
-ANCHORINGS = ("centre", "patch")
+#: The anchorings of the p4 / p4m models: the whole translation (by the blurred maximum or
+#: by the centre of mass), or the phase of a grid.
+ANCHORINGS = ("centre", "mass", "patch")
+
+#: The anchorings that fix the whole translation (the body keeps its absolute positions).
+WHOLE_TRANSLATION = ("centre", "mass")
 
 
 def check_anchored_arguments(name: str, image_size: Any, anchoring: str) -> str:
@@ -32,9 +36,9 @@ def check_anchoring(name: str, anchoring: str) -> str:
     """``anchoring`` if it is one of ``ANCHORINGS``; otherwise a ``ConfigurationError`` naming the model."""
     if not isinstance(anchoring, str) or anchoring not in ANCHORINGS:
         raise ConfigurationError(
-            f"{name}: expected anchoring 'centre' (the whole translation; body with absolute "
-            f"positions) or 'patch' (the phase of the patch / window grid; body without), "
-            f"got {anchoring!r}"
+            f"{name}: expected anchoring 'centre' or 'mass' (the whole translation, by the "
+            f"blurred maximum or by the centre of mass; body with absolute positions) or "
+            f"'patch' (the phase of the patch / window grid; body without), got {anchoring!r}"
         )
     return anchoring
 
@@ -47,9 +51,12 @@ def build_anchor(name: str, anchoring: str, period: int, image_size: int) -> nn.
     """The anchor of a p4 / p4m model on the ``S × S`` torus.
 
     ``"centre"``: [`CentreAnchor`][groupattn.canonical.CentreAnchor] (``window = min(8, S)``,
-    ``sigma = CENTRE_SIGMA_FRACTION · S``), leaving turns about the centre; ``"patch"``:
-    ``PatchGridAnchor(period)``, leaving also shifts by multiples of ``period`` (the patch
-    size, or the coarsest window's side).
+    ``sigma = CENTRE_SIGMA_FRACTION · S``; ``S`` even), leaving turns about the centre;
+    ``"mass"``: [`CentreOfMassAnchor`][groupattn.canonical.CentreOfMassAnchor] with the
+    image centre as its target (``"corner"`` on an even side, ``"pixel"`` on an odd one;
+    any ``S``), leaving turns about the centre; ``"patch"``: ``PatchGridAnchor(period)``,
+    leaving also shifts by multiples of ``period`` (the patch size, or the coarsest
+    window's side).
 
     The wide blur (``σ = 0.3 S``, 9.6 pixels on a 32 × 32 canvas, against the anchor's own
     default of 6) puts the maximum of the blurred image near the glyph's centre of mass, so
@@ -57,7 +64,9 @@ def build_anchor(name: str, anchoring: str, period: int, image_size: int) -> nn.
     at most 2 pixels instead of 4 (MNIST test digits). The body then sees nearly the
     images its baseline sees, and learns as fast (p4_swin, 3,750 MNIST digits, 5 epochs,
     seed 0: 85.0 % with σ = 6, 88.8 % with σ = 10; p4_vit 87.8 % / 88.9 %). Far wider
-    blurs flatten the scores into ties (σ = 20 on 32 × 32: two digits in three tie).
+    blurs flatten the scores into ties (σ = 20 on 32 × 32: two digits in three tie). The
+    centre of mass places every digit the same way: within half a pixel of the centre on
+    each axis.
     """
     if anchoring == "centre":
         if image_size < 2 or image_size % 2:
@@ -67,6 +76,8 @@ def build_anchor(name: str, anchoring: str, period: int, image_size: int) -> nn.
         return CentreAnchor(
             image_size, sigma=CENTRE_SIGMA_FRACTION * image_size, window=min(8, image_size)
         )
+    if anchoring == "mass":
+        return CentreOfMassAnchor(image_size, target="pixel" if image_size % 2 else "corner")
     return PatchGridAnchor(period, image_size)
 
 
