@@ -19,9 +19,6 @@ __all__ = ["AnchorOutput", "ShiftTransformer"]
 
 Anchoring = Literal["input", "layers", "centre", "mass"]
 
-#: The anchorings that fix the whole translation first (the body is then the baseline's).
-WHOLE_TRANSLATION = ("centre", "mass")
-
 #: The centre anchor of the shift models: the blurred image's maximum (its innermost ring,
 #: ``window = 2``) rolled to the image centre, with the p4 models' wide blur
 #: (``sigma = CENTRE_SIGMA_FRACTION · S``, 9.6 pixels on 32 × 32): its maximum sits near the

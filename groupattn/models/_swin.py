@@ -10,9 +10,9 @@ from .._deprecation import renamed_arguments
 from ..attention import MeanPooling, WindowAttention
 from ..canonical._polyphase import Norm
 from ..nn import PatchEmbedding, PatchMerging, TransformerBlock
+from ._anchored import WHOLE_TRANSLATION
 from ._registry import register_model
 from ._shift_common import (
-    WHOLE_TRANSLATION,
     Anchoring,
     ShiftTransformer,
     as_pair,

@@ -11,9 +11,9 @@ from ..attention import MeanPooling, SpatialReductionAttention, WindowAttention
 from ..canonical._polyphase import Norm
 from ..nn import PatchEmbedding, PatchMerging, TransformerBlock
 from ..positional import ConvPositionalEncoding
+from ._anchored import WHOLE_TRANSLATION
 from ._registry import register_model
 from ._shift_common import (
-    WHOLE_TRANSLATION,
     Anchoring,
     ShiftTransformer,
     as_pair,

@@ -12,9 +12,9 @@ from ..attention import AttentionPooling, GlobalSelfAttention, MeanPooling
 from ..canonical._polyphase import Norm
 from ..nn import ClassToken, ClassTokenReadout, PatchEmbedding, TransformerBlock
 from ..positional import AbsolutePositionalEncoding, ConvPositionalEncoding
+from ._anchored import WHOLE_TRANSLATION
 from ._registry import register_model
 from ._shift_common import (
-    WHOLE_TRANSLATION,
     ShiftTransformer,
     as_pair,
     check_anchoring,
