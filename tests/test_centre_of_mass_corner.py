@@ -278,3 +278,22 @@ def test_a_single_candidate_has_an_infinite_margin() -> None:
     for target in ("pixel", "corner"):
         out = centre_of_mass_anchor(torch.rand(2, 1, 1, 1), target=target)
         assert torch.isinf(out.margin).all() and out.frame.eq(0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_corner_target_is_exact_in_every_precision(dtype: torch.dtype) -> None:
+    """The decision is made on exact integer scores of the values received: a bf16 / fp16 /
+    float32 image moved by every element of p4m on 8x8 gives the turned output bit for bit."""
+    x = torch.cat([_glyph(8, 1, 2, seed=7), _glyph(8, 3, 0, seed=8)]).to(dtype)
+    anchor = CentreOfMassAnchor(8, target="corner")
+    out = anchor(x).output
+    assert out.dtype == dtype
+    for k in range(4):
+        for flip in (False, True):
+            for shift in ((0, 0), (3, 5), (7, 1)):
+                moved = torch.rot90(x, k, (2, 3))
+                moved = torch.flip(moved, (3,)) if flip else moved
+                expected = torch.rot90(out, k, (2, 3))
+                expected = torch.flip(expected, (3,)) if flip else expected
+                got = anchor(torch.roll(moved, shift, (2, 3))).output
+                assert torch.equal(got, expected), (dtype, k, flip, shift)
