@@ -124,13 +124,11 @@ def _moment_matrix(size: int, channels: int, corner: bool = False) -> tuple[torc
     pixel ``n`` to pixel ``p``, or (``corner``) ``−(2 d)²`` for the distance to the corner
     ``p + ½`` (four times the moment: integers); and ``levels`` the power of two that
     keeps every profile and moment an integer below ``2**52`` for pixels quantized to
-    ``|q| ≤ levels`` (below ``2**53`` for ``|q| ≤ 2 · levels``).
+    ``|q| ≤ levels`` (below ``2**53`` for ``|q| ≤ 2 · levels``). Called after
+    ``_check_image``, which refuses sizes left with fewer than ``_MIN_LEVEL_BITS`` bits.
     """
-    bits = _level_bits(size, channels, corner)
-    if bits < _MIN_LEVEL_BITS:
-        _refuse_size("CentreOfMassAnchor", size, channels)
     distance = _distances(size, corner)
-    return (-(distance * distance)).to(torch.float64), 2.0**bits
+    return (-(distance * distance)).to(torch.float64), 2.0 ** _level_bits(size, channels, corner)
 
 
 def _check_image(module: str, x: torch.Tensor, corner: bool) -> int:
